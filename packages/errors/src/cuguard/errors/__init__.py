@@ -1,0 +1,87 @@
+"""cuguard.errors: CUDA failures as Python exceptions and warnings, and the driver seam.
+
+Public surface:
+
+- exceptions: :class:`CUDAError` (``code``, ``name``, ``description``, ``call``,
+  ``is_sticky``), :class:`CUDADriverNotFoundError`, :class:`NVRTCError`,
+  :class:`NVJitLinkError`, :class:`NVVMError`, :class:`ResourceClosedError`;
+- the warning :class:`CUDAWarning` (a ``RuntimeWarning``);
+- status tables: :func:`error_name`, :func:`error_description`, :func:`is_sticky`;
+- helpers used by every layer: :func:`check`, :func:`raise_status`,
+  :func:`add_failure_note`, :func:`report`, :func:`report_error`,
+  :func:`call_unraisable`, :func:`internal_error`, :func:`format_handle`;
+- the driver seam: :data:`driver`, :func:`use_driver`, :func:`install_driver`,
+  :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`.
+"""
+
+from __future__ import annotations
+
+from cuguard.errors._exceptions import CUDADriverNotFoundError as CUDADriverNotFoundError
+from cuguard.errors._exceptions import CUDAError as CUDAError
+from cuguard.errors._exceptions import CUDAWarning as CUDAWarning
+from cuguard.errors._exceptions import NVJitLinkError as NVJitLinkError
+from cuguard.errors._exceptions import NVRTCError as NVRTCError
+from cuguard.errors._exceptions import NVVMError as NVVMError
+from cuguard.errors._exceptions import ResourceClosedError as ResourceClosedError
+from cuguard.errors._report import add_failure_note as add_failure_note
+from cuguard.errors._report import call_unraisable as call_unraisable
+from cuguard.errors._report import check as check
+from cuguard.errors._report import format_handle as format_handle
+from cuguard.errors._report import internal_error as internal_error
+from cuguard.errors._report import raise_status as raise_status
+from cuguard.errors._report import report as report
+from cuguard.errors._report import report_error as report_error
+from cuguard.errors._seam import RESTORE_CONTEXT as RESTORE_CONTEXT
+from cuguard.errors._seam import DriverSeam as DriverSeam
+from cuguard.errors._seam import active_driver as active_driver
+from cuguard.errors._seam import driver as driver
+from cuguard.errors._seam import install_driver as install_driver
+from cuguard.errors._seam import real_driver as real_driver
+from cuguard.errors._seam import use_driver as use_driver
+from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
+from cuguard.errors._table import driver_entry as _driver_entry
+
+__all__ = [
+    "RESTORE_CONTEXT",
+    "CUDADriverNotFoundError",
+    "CUDAError",
+    "CUDAWarning",
+    "DriverSeam",
+    "NVJitLinkError",
+    "NVRTCError",
+    "NVVMError",
+    "ResourceClosedError",
+    "active_driver",
+    "add_failure_note",
+    "call_unraisable",
+    "check",
+    "driver",
+    "error_description",
+    "error_name",
+    "format_handle",
+    "install_driver",
+    "internal_error",
+    "is_sticky",
+    "raise_status",
+    "real_driver",
+    "report",
+    "report_error",
+    "use_driver",
+]
+
+__version__ = "0.1.0"
+
+
+def error_name(code: int) -> str:
+    """The driver's name for a ``CUresult`` code, e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``; needs no driver."""
+    return _driver_entry(int(code))[0]
+
+
+def error_description(code: int) -> str:
+    """The driver's description of a ``CUresult`` code, e.g. ``"out of memory"``; needs no driver."""
+    return _driver_entry(int(code))[1]
+
+
+def is_sticky(code: int) -> bool:
+    """Whether a ``CUresult`` code is one after which the driver refuses all further work."""
+    return int(code) in _STICKY_CODES

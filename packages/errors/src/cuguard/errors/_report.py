@@ -1,0 +1,209 @@
+"""The helpers every layer uses to turn a driver status into Python.
+
+- :func:`check` raises :class:`CUDAError` for a failure status (E1).
+- :func:`add_failure_note` attaches a secondary failure to the exception being
+  handled (G4).
+- :func:`report` issues a :class:`CUDAWarning` where nothing can be raised (W1, W2).
+- :func:`call_unraisable` runs code on behalf of CUDA (a callback, a deferred
+  release) and routes anything it raises to ``sys.unraisablehook`` (W3, W6).
+- :func:`internal_error` builds the exception for a broken cuguard invariant (S2).
+
+``CUDA_ERROR_DEINITIALIZED`` is never reported or attached (W4): it means the
+driver is shutting down and there is nothing left to release. Once the
+interpreter is finalizing nothing is reported at all (S1).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from cuguard.errors._exceptions import CUDAError, CUDAWarning, _status_code
+from cuguard.errors._table import DEINITIALIZED, driver_entry
+
+__all__ = [
+    "add_failure_note",
+    "call_unraisable",
+    "check",
+    "format_handle",
+    "internal_error",
+    "raise_status",
+    "report",
+    "report_error",
+]
+
+
+def format_handle(handle: object) -> str:
+    """Render a driver handle (``CUstream``, ``CUdeviceptr``, int...) as ``0x...``."""
+    if handle is None:
+        return "NULL"
+    try:
+        return hex(int(handle))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return repr(handle)
+
+
+def raise_status(status: object, call: str, detail: str | None = None) -> NoReturn:
+    """Raise :class:`CUDAError` for ``status`` (a failure) from ``call``.
+
+    For hot paths, which test the status inline and call this only on failure::
+
+        err, stream = driver.cuStreamCreate(0)
+        if err:
+            raise_status(err, "cuStreamCreate")
+    """
+    raise CUDAError(status, call, detail)
+
+
+def check(status: object, call: str) -> None:
+    """Raise :class:`CUDAError` if ``status`` is not success; return otherwise.
+
+    ``status`` must be a ``CUresult``, ``cudaError_t`` or ``int``; anything else
+    (including ``bool`` and ``None``) raises ``TypeError``.
+    """
+    if _status_code(status):
+        raise CUDAError(status, call)
+
+
+def _failure_text(status: object, call: str, handle: object) -> str:
+    code = _status_code(status)
+    name, description = driver_entry(code)
+    target = f"({format_handle(handle)})" if handle is not None else ""
+    return f"{call}{target} failed: {name}: {description}"
+
+
+def add_failure_note(exc: BaseException, failure: object, call: str | None = None, handle: object = None) -> None:
+    """Attach a secondary failure to ``exc``, the exception already propagating (G4).
+
+    ``failure`` is a status (``CUresult``/int, then ``call`` names the driver
+    function) or an exception raised by the secondary step (a failed undo or
+    restore). ``CUDA_ERROR_DEINITIALIZED`` is dropped (W4). Never raises.
+    """
+    if isinstance(failure, CUDAError):
+        if failure.code == DEINITIALIZED:
+            return
+        text = str(failure)
+        if handle is not None:
+            text = f"{text} (handle {format_handle(handle)})"
+    elif isinstance(failure, BaseException):
+        text = f"{type(failure).__name__}: {failure}"
+    else:
+        if _status_code(failure) == DEINITIALIZED:
+            return
+        text = _failure_text(failure, call or "CUDA call", handle)
+    exc.add_note(f"while handling this error, cleanup also failed: {text}")
+
+
+def report(status: object, call: str, handle: object = None, detail: str | None = None) -> None:
+    """Report a failure that cannot be raised as a :class:`CUDAWarning` (W1).
+
+    The message reads ``"<call>(<handle>) failed: <name>: <description>"`` and
+    then ``detail``, e.g. what was leaked. Distinct handles give distinct
+    messages, so the warning registry never collapses independent failures (W2).
+    ``CUDA_ERROR_DEINITIALIZED`` is dropped (W4), and nothing is reported once
+    the interpreter is finalizing (S1). A non-status ``status`` raises
+    ``TypeError``. Otherwise this never raises, except when the user escalated
+    ``CUDAWarning`` to an error (W3): the escalated warning propagates to the
+    caller, which is a destructor or :func:`call_unraisable`, so it reaches
+    ``sys.unraisablehook``.
+    """
+    if sys.is_finalizing() or _status_code(status) == DEINITIALIZED:
+        return
+    text = _failure_text(status, call, handle)
+    if detail:
+        text = f"{text}; {detail}"
+    warnings.warn(CUDAWarning(text), stacklevel=2)
+
+
+def report_error(error: BaseException, handle: object = None, detail: str | None = None) -> None:
+    """Report an exception caught where nothing can be raised (W1).
+
+    A :class:`CUDAError` is reported like :func:`report`; any other exception
+    (an internal error) becomes a :class:`CUDAWarning` carrying its type and text.
+    """
+    if sys.is_finalizing():
+        return
+    if isinstance(error, CUDAError) and error.call is not None and error.code != 0:
+        if error.code == DEINITIALIZED:
+            return
+        text = _failure_text(error.code, error.call, handle)
+        if error.detail:
+            text = f"{text}; {error.detail}"
+    else:
+        target = f" ({format_handle(handle)})" if handle is not None else ""
+        text = f"{type(error).__name__}{target}: {error}"
+    if detail:
+        text = f"{text}; {detail}"
+    warnings.warn(CUDAWarning(text), stacklevel=2)
+
+
+def internal_error(detail: str) -> RuntimeError:
+    """The exception for a broken cuguard invariant (S2); the caller raises it.
+
+    cuguard never aborts: the resource concerned is leaked and this is raised
+    (or reported as a :class:`CUDAWarning` where nothing can be raised).
+    """
+    return RuntimeError(f"internal cuguard error, please report: {detail}")
+
+
+def call_unraisable(fn: Callable[..., Any], *args: Any, what: str = "CUDA callback") -> None:
+    """Call ``fn(*args)`` on behalf of CUDA; route any exception to ``sys.unraisablehook``.
+
+    Used for host callbacks, user-object destructors and deferred releases:
+    code that CUDA or a cleanup thread calls, where an exception has nowhere to
+    go. The exception (including an escalated :class:`CUDAWarning`, W3) reaches
+    ``sys.unraisablehook`` once, and the caller carries on (W6). Once the
+    interpreter is finalizing, ``fn`` is not called at all (S1).
+    """
+    if sys.is_finalizing():
+        return
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into the driver
+        if sys.is_finalizing():
+            return
+        args_type = _unraisable_args_type()
+        sys.unraisablehook(args_type((type(exc), exc, exc.__traceback__, f"Exception ignored in {what}", fn)))
+
+
+_ARGS_TYPE: list[Any] = []
+_ARGS_LOCK = threading.Lock()
+
+
+class _ProbeError(Exception):
+    pass
+
+
+class _Probe:
+    def __del__(self) -> None:
+        raise _ProbeError
+
+
+def _unraisable_args_type() -> Any:
+    """The interpreter's ``UnraisableHookArgs`` type, which is not exported.
+
+    Learned once by letting a probe object fail in ``__del__`` under a temporary
+    hook; any other unraisable exception arriving meanwhile is passed on to the
+    previous hook untouched.
+    """
+    if _ARGS_TYPE:
+        return _ARGS_TYPE[0]
+    with _ARGS_LOCK:
+        if not _ARGS_TYPE:
+            previous = sys.unraisablehook
+
+            def probe_hook(args: Any) -> None:
+                if isinstance(args.exc_value, _ProbeError):
+                    _ARGS_TYPE.append(type(args))
+                else:
+                    previous(args)
+
+            sys.unraisablehook = probe_hook
+            try:
+                _Probe()
+            finally:
+                sys.unraisablehook = previous
+    return _ARGS_TYPE[0]

@@ -1,0 +1,131 @@
+"""The driver seam: the one place that decides where driver calls go.
+
+Every cuguard layer calls the driver as ``driver.cuXxx(...)``, where
+:data:`driver` is this module's :class:`DriverSeam`. By default calls go to the
+real ``cuda.bindings.driver``, loaded on the first call (importing cuguard never
+touches the driver). :func:`use_driver` installs another driver object for a
+scope: the simulated driver and the fault-injecting proxies of cuguard.testing.
+
+The success path costs one instance-dictionary lookup: the first access of a
+name resolves it on the active driver and caches the function on the seam;
+installing a driver clears the cache.
+
+The installed driver is process-wide (CUDA calls callbacks on its own threads,
+which must reach the same driver). Install and remove drivers while no other
+thread is making CUDA calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from cuguard.errors._exceptions import CUDADriverNotFoundError
+
+__all__ = [
+    "RESTORE_CONTEXT",
+    "DriverSeam",
+    "active_driver",
+    "driver",
+    "install_driver",
+    "real_driver",
+    "use_driver",
+]
+
+#: Seam name under which the context layer restores a caller's context. A
+#: driver that defines a function of this name receives restores there (fault
+#: plans use it to fail exactly the restore); any other driver receives them
+#: as ``cuCtxSetCurrent``, which is what they are.
+RESTORE_CONTEXT = "cuguardRestoreContext"
+
+_lock = threading.Lock()
+_active: Any = None
+_real: Any = None
+
+
+def real_driver() -> Any:
+    """The real ``cuda.bindings.driver`` module, loaded and checked on first use.
+
+    Raises :class:`CUDADriverNotFoundError` when cuda-bindings is missing or no
+    CUDA driver library can be loaded; nothing else is affected.
+    """
+    global _real
+    if _real is not None:
+        return _real
+    with _lock:
+        if _real is None:
+            try:
+                from cuda.bindings import driver as module
+            except ImportError as exc:
+                raise CUDADriverNotFoundError(f"cuda-bindings could not be imported ({exc})") from None
+            try:
+                module.cuDriverGetVersion()
+            except RuntimeError as exc:
+                raise CUDADriverNotFoundError(
+                    f"the CUDA driver library could not be loaded ({exc}); install an NVIDIA driver, "
+                    "or use cuguard.testing.simulated_driver() to run without a GPU"
+                ) from None
+            _real = module
+    return _real
+
+
+class DriverSeam:
+    """Attribute access returns the active driver's function of that name.
+
+    An unknown name raises ``AttributeError`` naming the function and the
+    driver. The first access of any name with no driver installed loads the real
+    driver (see :func:`real_driver`).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        target = _active if _active is not None else real_driver()
+        fn = getattr(target, name, None)
+        if fn is None and name == RESTORE_CONTEXT:
+            fn = getattr(target, "cuCtxSetCurrent", None)
+        if fn is None:
+            raise AttributeError(f"the active CUDA driver ({target!r}) has no function {name!r}")
+        self.__dict__[name] = fn
+        return fn
+
+    def __repr__(self) -> str:
+        return f"<cuguard driver seam over {_active if _active is not None else 'the real driver'!r}>"
+
+
+driver = DriverSeam()
+
+
+def active_driver() -> Any:
+    """The driver object calls go to now: an installed one, or the real driver."""
+    return _active if _active is not None else real_driver()
+
+
+def install_driver(new: Any) -> Any:
+    """Make ``new`` the active driver (``None``: the real one); return the previous one.
+
+    Prefer :func:`use_driver`, which restores the previous driver on exit.
+    """
+    global _active
+    with _lock:
+        previous = _active
+        _active = new
+        driver.__dict__.clear()
+    return previous
+
+
+@contextmanager
+def use_driver(new: Any) -> Iterator[Any]:
+    """Route every driver call to ``new`` inside the ``with`` block.
+
+    ``new`` is any object with the functions of ``cuda.bindings.driver`` (same
+    names, signatures and return conventions). The previous driver is restored
+    on exit, also when the block raises. Yields ``new``.
+    """
+    previous = install_driver(new)
+    try:
+        yield new
+    finally:
+        install_driver(previous)
