@@ -1,0 +1,49 @@
+"""cuguard.testing: test CUDA code's failure paths, with or without a GPU.
+
+- :func:`simulated_driver` installs a CPU-only CUDA driver (:class:`SimulatedDriver`)
+  with the functions of ``cuda.bindings.driver``, real bytes in device memory
+  and accounting of what exists, leaked, dangled or was misused. Where the real
+  driver would crash the process, it raises :class:`SimulatedCrash` instead.
+- :func:`inject`, :func:`restore_fault`, :func:`sticky`, :func:`deinitialized`
+  make chosen driver calls fail, on the simulated or the real driver;
+  :func:`record_calls` shows which driver calls a block made.
+- :func:`nothing_left_behind` asserts that a block created nothing, leaked
+  nothing and left nothing dangling.
+- The pytest plugin (:mod:`cuguard.testing.plugin`) is registered automatically.
+"""
+
+from __future__ import annotations
+
+from cuguard.testing._faults import DriverCall as DriverCall
+from cuguard.testing._faults import FaultPlan as FaultPlan
+from cuguard.testing._faults import FaultProxy as FaultProxy
+from cuguard.testing._faults import deinitialized as deinitialized
+from cuguard.testing._faults import inject as inject
+from cuguard.testing._faults import leak_check as leak_check
+from cuguard.testing._faults import record_calls as record_calls
+from cuguard.testing._faults import restore_fault as restore_fault
+from cuguard.testing._faults import sticky as sticky
+from cuguard.testing._sim import LiveObject as LiveObject
+from cuguard.testing._sim import SimulatedCrash as SimulatedCrash
+from cuguard.testing._sim import SimulatedDriver as SimulatedDriver
+from cuguard.testing._sim import nothing_left_behind as nothing_left_behind
+from cuguard.testing._sim import simulated_driver as simulated_driver
+
+__all__ = [
+    "DriverCall",
+    "FaultPlan",
+    "FaultProxy",
+    "LiveObject",
+    "SimulatedCrash",
+    "SimulatedDriver",
+    "deinitialized",
+    "inject",
+    "leak_check",
+    "nothing_left_behind",
+    "record_calls",
+    "restore_fault",
+    "simulated_driver",
+    "sticky",
+]
+
+__version__ = "0.1.0"

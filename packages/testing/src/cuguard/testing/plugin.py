@@ -1,0 +1,207 @@
+"""cuguard's pytest plugin, registered through the ``pytest11`` entry point.
+
+- ``--cuguard-driver=sim|real`` chooses the driver behind the ``cuguard_driver``
+  fixture (default ``sim``). With ``real`` on a machine with no usable GPU, the
+  tests that use it are skipped with the reason.
+- ``CUDAWarning`` is an error inside tests (a test that expects one uses
+  ``pytest.warns(CUDAWarning)``).
+- Fixtures: ``cuguard_driver`` (the driver of the run, installed for the test),
+  ``sim`` (always a fresh simulated driver, installed for the test),
+  ``cuguard_faults`` (fault plans that last until the end of the test).
+- ``@pytest.mark.contract("G1", ...)`` names the contract clauses a test proves;
+  the end of the run prints which clauses were exercised, on which driver, and
+  ``--cuguard-summary=FILE`` writes the same as JSON.
+- ``@pytest.mark.leak_check`` (or ``--cuguard-leak-check`` for every test)
+  fails a test that leaves driver objects behind, on either driver.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from cuguard.errors import CUDADriverNotFoundError, CUDAError, real_driver
+from cuguard.testing import _faults
+from cuguard.testing._sim import SimulatedDriver, nothing_left_behind, simulated_driver
+
+__all__ = ["Faults"]
+
+_RESULTS_KEY = pytest.StashKey[dict[tuple[str, str], dict[str, int]]]()
+_REAL_STATE: dict[str, Any] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cuguard")
+    group.addoption(
+        "--cuguard-driver",
+        choices=("sim", "real"),
+        default="sim",
+        help="driver behind the cuguard_driver fixture: the simulated driver (default) or the real GPU",
+    )
+    group.addoption(
+        "--cuguard-leak-check",
+        action="store_true",
+        default=False,
+        help="fail every test that leaves CUDA driver objects behind",
+    )
+    group.addoption("--cuguard-summary", default=None, help="write the contract-clause summary as JSON to this file")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "contract(*ids): the contract clauses (E1..B5) this test proves")
+    config.addinivalue_line("markers", "leak_check: fail the test if it leaves CUDA driver objects behind")
+    config.addinivalue_line("markers", "real_only: the test needs the real driver (skipped on the simulator)")
+    config.addinivalue_line("filterwarnings", "error::cuguard.errors.CUDAWarning")
+    config.stash[_RESULTS_KEY] = {}
+
+
+def _driver_name(config: pytest.Config) -> str:
+    return str(config.getoption("--cuguard-driver"))
+
+
+def _real_unavailable() -> str | None:
+    """Why the real driver cannot run tests here, or None when it can."""
+    if "reason" not in _REAL_STATE:
+        reason: str | None = None
+        try:
+            module = real_driver()
+            (err,) = module.cuInit(0)
+            if err:
+                reason = f"cuInit failed: {CUDAError(err, 'cuInit')}"
+            else:
+                err, count = module.cuDeviceGetCount()
+                if err or count < 1:
+                    reason = "no CUDA device is present"
+        except CUDADriverNotFoundError as exc:
+            reason = str(exc)
+        _REAL_STATE["reason"] = reason
+    return _REAL_STATE["reason"]  # type: ignore[no-any-return]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _driver_name(config) == "sim":
+        skip = pytest.mark.skip(reason="needs the real driver (--cuguard-driver=real)")
+        for item in items:
+            if item.get_closest_marker("real_only") is not None:
+                item.add_marker(skip)
+
+
+class Faults:
+    """Fault plans that stay active until the end of the test.
+
+    Each method takes the arguments of the module-level function of the same
+    name in :mod:`cuguard.testing` and returns its :class:`FaultPlan`.
+    """
+
+    def __init__(self, stack: ExitStack) -> None:
+        self._stack = stack
+
+    def inject(self, function: str, code: int = 1, **kwargs: Any) -> _faults.FaultPlan:
+        """Like :func:`cuguard.testing.inject`, until the end of the test."""
+        plan: _faults.FaultPlan = self._stack.enter_context(_faults.inject(function, code, **kwargs))
+        return plan
+
+    def restore_fault(self, code: int = 201, *, nth: int = 1) -> _faults.FaultPlan:
+        """Like :func:`cuguard.testing.restore_fault`, until the end of the test."""
+        plan: _faults.FaultPlan = self._stack.enter_context(_faults.restore_fault(code, nth=nth))
+        return plan
+
+    def sticky(self, code: int = 700) -> _faults.FaultPlan:
+        """Like :func:`cuguard.testing.sticky`, until the end of the test."""
+        plan: _faults.FaultPlan = self._stack.enter_context(_faults.sticky(code))
+        return plan
+
+    def deinitialized(self) -> _faults.FaultPlan:
+        """Like :func:`cuguard.testing.deinitialized`, until the end of the test."""
+        plan: _faults.FaultPlan = self._stack.enter_context(_faults.deinitialized())
+        return plan
+
+
+def _leak_check_wanted(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--cuguard-leak-check")) or (
+        request.node.get_closest_marker("leak_check") is not None
+    )
+
+
+@pytest.fixture
+def sim(request: pytest.FixtureRequest) -> Iterator[SimulatedDriver]:
+    """A fresh simulated driver with two devices, installed for the test.
+
+    With the ``leak_check`` marker, the test fails if it leaves anything behind.
+    """
+    with simulated_driver(devices=2) as driver:
+        if _leak_check_wanted(request):
+            with nothing_left_behind(driver):
+                yield driver
+        else:
+            yield driver
+
+
+@pytest.fixture
+def cuguard_driver(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The driver of this run (``--cuguard-driver``), installed for the test.
+
+    On the simulator: a fresh :class:`SimulatedDriver` with two devices. On the
+    real driver: the real ``cuda.bindings.driver`` behind a fault proxy (so
+    fault plans and leak accounting work), or a skip when there is no GPU.
+    """
+    if _driver_name(request.config) == "sim":
+        yield request.getfixturevalue("sim")
+        return
+    reason = _real_unavailable()
+    if reason is not None:
+        pytest.skip(f"real CUDA driver unavailable: {reason}")
+    proxy = _faults._acquire()
+    try:
+        before = proxy.live_objects()
+        yield proxy.inner
+        if _leak_check_wanted(request):
+            after = proxy.live_objects()
+            created = {key: n for key, n in after.items() if before.get(key, 0) < n}
+            assert not created, f"driver objects left behind: {created}"
+    finally:
+        _faults._release(proxy)
+
+
+@pytest.fixture
+def cuguard_faults() -> Iterator[Faults]:
+    """Fault plans for the test; all are lifted when the test ends."""
+    with ExitStack() as stack:
+        yield Faults(stack)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    marker = item.get_closest_marker("contract")
+    if marker is None:
+        return
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return
+    driver_kind = _driver_name(item.config) if "cuguard_driver" in getattr(item, "fixturenames", ()) else "sim"
+    results = item.config.stash[_RESULTS_KEY]
+    for clause in marker.args:
+        counts = results.setdefault((str(clause), driver_kind), {"passed": 0, "failed": 0, "skipped": 0})
+        counts[report.outcome] = counts.get(report.outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    results = config.stash.get(_RESULTS_KEY, {})
+    if not results:
+        return
+    terminalreporter.section("cuguard contract clauses")
+    for (clause, driver_kind), counts in sorted(results.items()):
+        terminalreporter.write_line(
+            f"{clause:4} {driver_kind:4}  passed {counts['passed']:4}  failed {counts['failed']:3}"
+            f"  skipped {counts['skipped']:3}"
+        )
+    path = config.getoption("--cuguard-summary")
+    if path:
+        data = [{"clause": clause, "driver": drv, **counts} for (clause, drv), counts in sorted(results.items())]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
