@@ -24,7 +24,7 @@ from cuguard.errors import (
     report_error,
 )
 
-__all__ = ["Context", "call_in", "cleanup_in"]
+__all__ = ["Context", "call_in", "cleanup_in", "init_driver"]
 
 T = TypeVar("T")
 
@@ -32,8 +32,12 @@ _init_lock = threading.Lock()
 _initialized_for: list[Any] = []
 
 
-def _ensure_init() -> None:
-    """Call ``cuInit(0)`` once per installed driver; raise ``CUDAError`` if it fails."""
+def init_driver() -> None:
+    """Initialize the active driver (``cuInit(0)``) once; later calls cost one comparison.
+
+    Raises :class:`~cuguard.errors.CUDAError` if initialization fails, and
+    :class:`~cuguard.errors.CUDADriverNotFoundError` with no driver at all.
+    """
     # The seam caches resolved functions per installed driver, so the identity
     # of its cuInit tells whether this driver was initialized already.
     fn = driver.cuInit
@@ -92,7 +96,7 @@ class Context:
         refuses; nothing is retained then. Does not change the current context.
         """
         ordinal = _ordinal(ordinal)
-        _ensure_init()
+        init_driver()
         err, dev = driver.cuDeviceGet(ordinal)
         if err:
             raise_status(err, "cuDeviceGet")
@@ -111,7 +115,7 @@ class Context:
         ``CUDAError`` when creation fails; nothing is created then.
         """
         ordinal = _ordinal(ordinal)
-        _ensure_init()
+        init_driver()
         err, dev = driver.cuDeviceGet(ordinal)
         if err:
             raise_status(err, "cuDeviceGet")

@@ -1,0 +1,47 @@
+"""cuguard.resources: the CUDA objects users hold.
+
+:class:`Device` creates :class:`Stream`, :class:`Event`, :class:`Buffer`
+(device memory), :class:`PinnedBuffer` (page-locked host memory) and
+:class:`Module` objects; :class:`Program` compiles CUDA C++ with NVRTC,
+:func:`link` links images with nvJitLink, :func:`launch` runs a
+:class:`Kernel` with a :class:`LaunchConfig`.
+
+Every resource has ``handle``, ``close()`` (idempotent, raises on failure)
+and ``with`` support, and is released when garbage-collected (reporting a
+``CUDAWarning`` on failure instead of raising). A failed creating call
+creates nothing and leaves the current context as it was.
+"""
+
+from __future__ import annotations
+
+from cuguard.resources._base import Resource as Resource
+from cuguard.resources._device import Device as Device
+from cuguard.resources._memory import Buffer as Buffer
+from cuguard.resources._memory import PinnedBuffer as PinnedBuffer
+from cuguard.resources._module import Kernel as Kernel
+from cuguard.resources._module import LaunchConfig as LaunchConfig
+from cuguard.resources._module import Module as Module
+from cuguard.resources._module import Program as Program
+from cuguard.resources._module import launch as launch
+from cuguard.resources._module import link as link
+from cuguard.resources._module import pack_args as pack_args
+from cuguard.resources._stream import Event as Event
+from cuguard.resources._stream import Stream as Stream
+
+__all__ = [
+    "Buffer",
+    "Device",
+    "Event",
+    "Kernel",
+    "LaunchConfig",
+    "Module",
+    "PinnedBuffer",
+    "Program",
+    "Resource",
+    "Stream",
+    "launch",
+    "link",
+    "pack_args",
+]
+
+__version__ = "0.1.0"

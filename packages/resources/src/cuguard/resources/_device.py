@@ -1,0 +1,174 @@
+"""Devices: the factory of streams, events, buffers and modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuguard.context import Context, call_in, init_driver
+from cuguard.errors import driver, raise_status
+
+from cuguard.resources._memory import Buffer, PinnedBuffer
+from cuguard.resources._module import Module
+from cuguard.resources._stream import Event, Stream
+
+__all__ = ["Device"]
+
+# CUdevice_attribute values used below (stable across CUDA 12 and 13).
+_CC_MAJOR = 75
+_CC_MINOR = 76
+
+
+def _stream_create(flags: int, priority: int | None) -> Any:
+    if priority is None:
+        err, handle = driver.cuStreamCreate(flags)
+        call = "cuStreamCreate"
+    else:
+        err, handle = driver.cuStreamCreateWithPriority(flags, priority)
+        call = "cuStreamCreateWithPriority"
+    if err:
+        raise_status(err, call)
+    return handle
+
+
+def _stream_destroy(handle: Any) -> None:
+    (err,) = driver.cuStreamDestroy(handle)
+    if err:
+        raise_status(err, "cuStreamDestroy")
+
+
+def _ctx_sync() -> None:
+    (err,) = driver.cuCtxSynchronize()
+    if err:
+        raise_status(err, "cuCtxSynchronize")
+
+
+class Device:
+    """A CUDA device, by ordinal.
+
+    Every method runs in the device's primary context and leaves the
+    caller's current context as it was, also when no context is current
+    (G2), switching only when needed (C1); only :meth:`set_current` changes
+    it on purpose. Creating methods create nothing when they raise (G1).
+    Failures raise :class:`~cuguard.errors.CUDAError`; bad arguments raise
+    ``TypeError``/``ValueError`` before any driver call.
+    """
+
+    __slots__ = ("_context", "_handle", "_ordinal")
+
+    _ordinal: int
+    _handle: Any
+    _context: Context | None
+
+    def __init__(self, ordinal: int = 0) -> None:
+        if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+            raise TypeError(f"a device ordinal must be an int, not {type(ordinal).__name__}")
+        if ordinal < 0:
+            raise ValueError(f"a device ordinal must be 0 or more, not {ordinal}")
+        init_driver()
+        err, handle = driver.cuDeviceGet(ordinal)
+        if err:
+            raise_status(err, "cuDeviceGet")
+        self._ordinal = ordinal
+        self._handle = handle
+        self._context = None
+
+    @staticmethod
+    def count() -> int:
+        """How many CUDA devices the driver sees."""
+        init_driver()
+        err, count = driver.cuDeviceGetCount()
+        if err:
+            raise_status(err, "cuDeviceGetCount")
+        return int(count)
+
+    @property
+    def ordinal(self) -> int:
+        """The device ordinal."""
+        return self._ordinal
+
+    @property
+    def handle(self) -> Any:
+        """The ``CUdevice`` handle."""
+        return self._handle
+
+    @property
+    def name(self) -> str:
+        """The device's product name."""
+        err, raw = driver.cuDeviceGetName(256, self._handle)
+        if err:
+            raise_status(err, "cuDeviceGetName")
+        return bytes(raw).split(b"\x00", 1)[0].decode(errors="replace")
+
+    def attribute(self, attribute: Any) -> int:
+        """The value of a ``CUdevice_attribute`` (enum member or int)."""
+        from cuda.bindings.driver import CUdevice_attribute
+
+        err, value = driver.cuDeviceGetAttribute(CUdevice_attribute(int(attribute)), self._handle)
+        if err:
+            raise_status(err, "cuDeviceGetAttribute")
+        return int(value)
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """``(major, minor)``, e.g. ``(9, 0)`` for an H100 or H200."""
+        return self.attribute(_CC_MAJOR), self.attribute(_CC_MINOR)
+
+    @property
+    def context(self) -> Context:
+        """The device's primary context, retained on first use and held by this object."""
+        context = self._context
+        if context is None:
+            context = self._context = Context.primary(self._ordinal)
+        return context
+
+    def set_current(self) -> Context | None:
+        """Make the device's primary context current; return the previously current context."""
+        return self.context.set_current()
+
+    def sync(self) -> None:
+        """Wait for all work on the device's primary context."""
+        call_in(self.context, _ctx_sync, None)
+
+    def create_stream(self, *, non_blocking: bool = False, priority: int | None = None) -> Stream:
+        """A new stream on this device (``non_blocking``: does not wait on the legacy default stream)."""
+        context = self.context
+        handle = call_in(context, _stream_create, _stream_destroy, 1 if non_blocking else 0, priority)
+        return Stream._make(handle, context, self._ordinal)
+
+    def create_event(self, *, timing: bool = True) -> Event:
+        """A new event on this device; ``timing=False`` makes a cheaper event that cannot be timed."""
+        return Event._create(self.context, self._ordinal, timing)
+
+    def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
+        """Allocate ``size`` bytes of device memory.
+
+        With ``stream`` the allocation is stream-ordered on it, and the buffer
+        will be freed on that stream (W5); otherwise it is synchronous
+        (``size`` 0 is then refused by the driver).
+        """
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+        return Buffer._allocate(self.context, self._ordinal, size, stream)
+
+    def allocate_pinned(self, size: int) -> PinnedBuffer:
+        """Allocate ``size`` bytes of page-locked host memory."""
+        return PinnedBuffer._allocate(self.context, size)
+
+    def load_module(self, image: bytes | str) -> Module:
+        """Load a PTX or cubin image into this device's primary context."""
+        return Module.load(self.context, image)
+
+    def close(self) -> None:
+        """Drop this object's retain of the primary context (resources keep their own)."""
+        if self._context is not None:
+            context, self._context = self._context, None
+            context.close()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other._ordinal == self._ordinal
+
+    def __hash__(self) -> int:
+        return hash(("Device", self._ordinal))
+
+    def __repr__(self) -> str:
+        return f"<Device {self._ordinal}>"

@@ -1,0 +1,314 @@
+"""Device memory (:class:`Buffer`) and pinned host memory (:class:`PinnedBuffer`)."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any
+
+from cuguard.context import Context, call_in, cleanup_in
+from cuguard.errors import driver, raise_status
+
+from cuguard.resources._base import Resource
+from cuguard.resources._stream import Stream
+
+__all__ = ["Buffer", "PinnedBuffer"]
+
+
+def _size(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"a size must be an int, not {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"a size must be 0 or more, not {size}")
+    return size
+
+
+# --- driver steps (run inside the owning context) ----------------------------------------
+
+
+def _alloc(size: int) -> Any:
+    err, ptr = driver.cuMemAlloc(size)
+    if err:
+        raise_status(err, "cuMemAlloc")
+    return ptr
+
+
+def _free(ptr: Any) -> None:
+    (err,) = driver.cuMemFree(ptr)
+    if err:
+        raise_status(err, "cuMemFree")
+
+
+def _alloc_async(size: int, stream: Any) -> tuple[Any, Any]:
+    err, ptr = driver.cuMemAllocAsync(size, stream)
+    if err:
+        raise_status(err, "cuMemAllocAsync")
+    return ptr, stream
+
+
+def _free_async(created: tuple[Any, Any]) -> None:
+    (err,) = driver.cuMemFreeAsync(created[0], created[1])
+    if err:
+        raise_status(err, "cuMemFreeAsync")
+
+
+def _sync_then_free(ptr: Any) -> Any:
+    (err,) = driver.cuCtxSynchronize()
+    if err:
+        return err, "cuCtxSynchronize"
+    (err,) = driver.cuMemFree(ptr)
+    return err, "cuMemFree"
+
+
+def _host_alloc(size: int) -> Any:
+    err, address = driver.cuMemHostAlloc(size, 0)
+    if err:
+        raise_status(err, "cuMemHostAlloc")
+    return address
+
+
+def _host_free(address: Any) -> None:
+    (err,) = driver.cuMemFreeHost(address)
+    if err:
+        raise_status(err, "cuMemFreeHost")
+
+
+def _host_free_status(address: Any) -> tuple[Any, str]:
+    (err,) = driver.cuMemFreeHost(address)
+    return err, "cuMemFreeHost"
+
+
+def _free_status(ptr: Any) -> tuple[Any, str]:
+    (err,) = driver.cuMemFree(ptr)
+    return err, "cuMemFree"
+
+
+# --- host-side views ---------------------------------------------------------------------
+
+
+def _host_view(obj: Any) -> memoryview:
+    """A contiguous byte view of a host object (NumPy array, bytes, bytearray...)."""
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{type(obj).__name__} is not a host buffer (it has no buffer protocol)") from None
+    if not view.c_contiguous:
+        raise ValueError("host buffers must be C-contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+class Buffer(Resource):
+    """Device memory of one device.
+
+    Allocated with :meth:`Device.allocate`. Stream-ordered buffers (allocated
+    with a stream) are freed on that same stream, after the work queued on it
+    (W5); if that stream was closed first, the buffer's context is
+    synchronized and the memory freed synchronously. Methods raise
+    :class:`~cuguard.errors.CUDAError` when the driver refuses and
+    :class:`~cuguard.errors.ResourceClosedError` once closed.
+
+    ``__cuda_array_interface__`` exports the bytes (``|u1``); the consumer must
+    not outlive the buffer.
+    """
+
+    __slots__ = ("_device", "_size", "_stream")
+    _what = "device memory"
+    _device: int
+    _size: int
+    _stream: Stream | None
+
+    @classmethod
+    def _allocate(cls, context: Context, device: int, size: int, stream: Stream | None) -> Buffer:
+        size = _size(size)
+        if stream is None:
+            handle = call_in(context, _alloc, _free, size)
+        else:
+            handle, _ = call_in(context, _alloc_async, _free_async, size, stream.handle)
+        self = object.__new__(cls)
+        self._init(handle, context)
+        self._device = device
+        self._size = size
+        self._stream = stream
+        return self
+
+    @property
+    def size(self) -> int:
+        """Size in bytes."""
+        return self._size
+
+    @property
+    def device(self) -> int:
+        """The ordinal of the device holding the memory."""
+        return self._device
+
+    @property
+    def stream(self) -> Stream | None:
+        """The stream the memory was allocated on and will be freed on, if stream-ordered."""
+        return self._stream
+
+    @property
+    def ptr(self) -> int:
+        """The device address as an int."""
+        return int(self.handle)
+
+    def _release(self, raising: bool) -> tuple[Any, str]:
+        stream = self._stream
+        if stream is not None and not stream._closed:
+            (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
+            return err, "cuMemFreeAsync"
+        step = _sync_then_free if stream is not None else _free_status
+        if raising:
+            return call_in(self._context, step, None, self._handle)  # type: ignore[no-any-return]
+        result = cleanup_in(self._context, step, self._handle)
+        return result if result is not None else (0, "")
+
+    def copy_from(self, src: Any, stream: Stream | None = None) -> None:
+        """Copy all of ``src`` into this buffer.
+
+        ``src`` is a :class:`Buffer`, a :class:`PinnedBuffer` or a host object
+        with the buffer protocol (a NumPy array...), of exactly ``size`` bytes.
+        With ``stream`` the copy is queued on it (host memory must then stay
+        unchanged until the stream reaches it); without, it completes before
+        returning. Raises ``ValueError`` on a size mismatch.
+        """
+        dst = self.handle
+        hstream = None if stream is None else stream.handle
+        if isinstance(src, Buffer):
+            _check_size(src._size, self._size)
+            if hstream is None:
+                (err,) = call_in(self._context, driver.cuMemcpyDtoD, None, dst, src.handle, self._size)
+                call = "cuMemcpyDtoD"
+            else:
+                (err,) = driver.cuMemcpyDtoDAsync(dst, src.handle, self._size, hstream)
+                call = "cuMemcpyDtoDAsync"
+        else:
+            host: Any = src.address if isinstance(src, PinnedBuffer) else _host_view(src)
+            _check_size(src.size if isinstance(src, PinnedBuffer) else len(host), self._size)
+            if hstream is None:
+                (err,) = call_in(self._context, driver.cuMemcpyHtoD, None, dst, host, self._size)
+                call = "cuMemcpyHtoD"
+            else:
+                (err,) = driver.cuMemcpyHtoDAsync(dst, host, self._size, hstream)
+                call = "cuMemcpyHtoDAsync"
+        if err:
+            raise_status(err, call)
+
+    def copy_to(self, dst: Any, stream: Stream | None = None) -> None:
+        """Copy this buffer into ``dst`` (a :class:`Buffer`, :class:`PinnedBuffer` or writable host buffer).
+
+        Same rules as :meth:`copy_from`; a read-only host object raises ``TypeError``.
+        """
+        if isinstance(dst, Buffer):
+            dst.copy_from(self, stream)
+            return
+        src = self.handle
+        hstream = None if stream is None else stream.handle
+        if isinstance(dst, PinnedBuffer):
+            host: Any = dst.address
+            _check_size(dst.size, self._size)
+        else:
+            host = _host_view(dst)
+            if host.readonly:
+                raise TypeError(f"cannot copy into a read-only {type(dst).__name__}")
+            _check_size(len(host), self._size)
+        if hstream is None:
+            (err,) = call_in(self._context, driver.cuMemcpyDtoH, None, host, src, self._size)
+            call = "cuMemcpyDtoH"
+        else:
+            (err,) = driver.cuMemcpyDtoHAsync(host, src, self._size, hstream)
+            call = "cuMemcpyDtoHAsync"
+        if err:
+            raise_status(err, call)
+
+    def fill(self, value: int, stream: Stream | None = None) -> None:
+        """Set every byte to ``value`` (0..255), queued on ``stream`` or synchronously."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+            raise ValueError(f"fill value must be an int from 0 to 255, not {value!r}")
+        dst = self.handle
+        if stream is None:
+            (err,) = call_in(self._context, driver.cuMemsetD8, None, dst, value, self._size)
+            call = "cuMemsetD8"
+        else:
+            (err,) = driver.cuMemsetD8Async(dst, value, self._size, stream.handle)
+            call = "cuMemsetD8Async"
+        if err:
+            raise_status(err, call)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface (version 3) over the buffer's bytes."""
+        interface: dict[str, Any] = {
+            "shape": (self._size,),
+            "typestr": "|u1",
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+        }
+        if self._stream is not None and not self._stream._closed:
+            interface["stream"] = int(self._stream._handle)
+        return interface
+
+
+def _check_size(got: int, want: int) -> None:
+    if got != want:
+        raise ValueError(f"size mismatch: {got} bytes against a buffer of {want} bytes")
+
+
+class PinnedBuffer(Resource):
+    """Page-locked host memory, fast to copy to and from devices.
+
+    Allocated with :meth:`Device.allocate_pinned`. :meth:`numpy` returns a
+    NumPy view that keeps the buffer alive; :meth:`close` refuses (with
+    ``BufferError``) while such a view exists, so no view can outlive the
+    memory.
+    """
+
+    __slots__ = ("_size", "_views")
+    _what = "pinned host memory"
+    _size: int
+    _views: list[weakref.ref[Any]]
+
+    @classmethod
+    def _allocate(cls, context: Context, size: int) -> PinnedBuffer:
+        size = _size(size)
+        address = call_in(context, _host_alloc, _host_free, size)
+        self = object.__new__(cls)
+        self._init(address, context)
+        self._size = size
+        self._views = []
+        return self
+
+    @property
+    def size(self) -> int:
+        """Size in bytes."""
+        return self._size
+
+    @property
+    def address(self) -> int:
+        """The host address as an int."""
+        return int(self.handle)
+
+    def numpy(self, dtype: Any = "uint8") -> Any:
+        """A NumPy array over the memory (1-D, of ``dtype``); it keeps this buffer alive."""
+        import numpy as np
+
+        address = self.address
+        raw: Any = (ctypes.c_ubyte * self._size).from_address(address)
+        raw._cuguard_owner = self  # the view's base keeps this buffer alive
+        self._views = [ref for ref in self._views if ref() is not None] + [weakref.ref(raw)]
+        return np.frombuffer(raw, dtype=dtype)
+
+    def close(self) -> None:
+        """Free the memory now (see :meth:`Resource.close`).
+
+        Raises ``BufferError`` while a NumPy view from :meth:`numpy` is alive.
+        """
+        if not self._closed and any(ref() is not None for ref in self._views):
+            raise BufferError(f"{self!r} still has live NumPy views; delete them before closing")
+        super().close()
+
+    def _release(self, raising: bool) -> tuple[Any, str]:
+        if raising:
+            return call_in(self._context, _host_free_status, None, self._handle)  # type: ignore[no-any-return]
+        result = cleanup_in(self._context, _host_free_status, self._handle)
+        return result if result is not None else (0, "")

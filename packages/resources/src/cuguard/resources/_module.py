@@ -1,0 +1,334 @@
+"""Compiling (NVRTC), linking (nvJitLink), loading modules, and launching kernels."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cuguard.context import Context, call_in
+from cuguard.errors import CUDAError, NVJitLinkError, NVRTCError, driver, raise_status
+
+from cuguard.resources._base import Resource
+from cuguard.resources._memory import Buffer, PinnedBuffer
+from cuguard.resources._stream import Stream
+
+__all__ = ["Kernel", "LaunchConfig", "Module", "Program", "launch", "link"]
+
+
+# --- NVRTC -----------------------------------------------------------------------------
+
+
+def _nvrtc() -> Any:
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as exc:  # pragma: no cover - part of cuda-bindings
+        raise RuntimeError(f"NVRTC bindings are unavailable: {exc}") from None
+    return nvrtc
+
+
+class Program:
+    """CUDA C++ source, compiled with NVRTC to PTX or a cubin.
+
+    ``options`` are NVRTC options such as ``"-arch=sm_90"`` or ``"-std=c++17"``.
+    :meth:`compile` raises :class:`~cuguard.errors.NVRTCError` carrying the
+    compiler's log when compilation fails; the NVRTC program is always
+    destroyed, on success and on failure. Needs the NVRTC library (present
+    where the CUDA toolkit or the ``nvidia-cuda-nvrtc`` wheel is installed).
+    """
+
+    def __init__(self, source: str, name: str = "program.cu", options: Sequence[str] = ()) -> None:
+        if not isinstance(source, str):
+            raise TypeError(f"source must be a str, not {type(source).__name__}")
+        self.source = source
+        self.name = name
+        self.options = tuple(options)
+
+    def compile(self, target: str = "ptx") -> bytes:
+        """Compile to ``"ptx"`` or ``"cubin"`` and return the image bytes."""
+        if target not in ("ptx", "cubin"):
+            raise ValueError(f"target must be 'ptx' or 'cubin', not {target!r}")
+        nvrtc = _nvrtc()
+        try:
+            err, prog = nvrtc.nvrtcCreateProgram(self.source.encode(), self.name.encode(), 0, [], [])
+        except RuntimeError as exc:
+            raise NVRTCError(2, "nvrtcCreateProgram", log=str(exc)) from None
+        if err:
+            raise NVRTCError(int(err), "nvrtcCreateProgram")
+        try:
+            opts = [o.encode() for o in self.options]
+            (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+            if err:
+                raise NVRTCError(int(err), "nvrtcCompileProgram", log=_nvrtc_log(nvrtc, prog))
+            size_fn, get_fn = (
+                (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
+                if target == "ptx"
+                else (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
+            )
+            err, size = size_fn(prog)
+            if err:
+                raise NVRTCError(int(err), size_fn.__name__)
+            image = b" " * size
+            (err,) = get_fn(prog, image)
+            if err:
+                raise NVRTCError(int(err), get_fn.__name__)
+            return image
+        finally:
+            (derr,) = nvrtc.nvrtcDestroyProgram(prog)
+            # A failed destroy leaks host memory only; it cannot mask the result.
+            del derr
+
+
+def _nvrtc_log(nvrtc: Any, prog: Any) -> str:
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    if err or size <= 1:
+        return ""
+    log = b" " * size
+    (err,) = nvrtc.nvrtcGetProgramLog(prog, log)
+    return "" if err else log.rstrip(b"\x00").decode(errors="replace")
+
+
+# --- nvJitLink ---------------------------------------------------------------------------
+
+
+def link(images: Sequence[bytes], arch: str, options: Sequence[str] = ()) -> bytes:
+    """Link PTX or cubin ``images`` with nvJitLink into one cubin for ``arch`` (e.g. ``"sm_90"``).
+
+    Raises :class:`~cuguard.errors.NVJitLinkError` with the linker's error log
+    on failure; the linker handle is always destroyed.
+    """
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError as exc:  # pragma: no cover - part of cuda-bindings
+        raise RuntimeError(f"nvJitLink bindings are unavailable: {exc}") from None
+    opts = [f"-arch={arch}", *options]
+    try:
+        handle = nvjitlink.create(len(opts), opts)
+    except nvjitlink.nvJitLinkError as exc:
+        raise NVJitLinkError(int(getattr(exc, "status", 6)), "nvJitLinkCreate", log=str(exc)) from None
+    except RuntimeError as exc:
+        raise NVJitLinkError(6, "nvJitLinkCreate", log=str(exc)) from None
+    try:
+        for index, image in enumerate(images):
+            kind = nvjitlink.InputType.PTX if image.lstrip().startswith(b"//") or b".version" in image[:4096] else (
+                nvjitlink.InputType.CUBIN
+            )
+            try:
+                nvjitlink.add_data(handle, kind, image, len(image), f"input{index}")
+            except nvjitlink.nvJitLinkError as exc:
+                raise NVJitLinkError(int(exc.status), "nvJitLinkAddData", log=_jit_log(nvjitlink, handle)) from None
+        try:
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            raise NVJitLinkError(int(exc.status), "nvJitLinkComplete", log=_jit_log(nvjitlink, handle)) from None
+        size = nvjitlink.get_linked_cubin_size(handle)
+        out = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, out)
+        return bytes(out)
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _jit_log(nvjitlink: Any, handle: Any) -> str:
+    try:
+        size = nvjitlink.get_error_log_size(handle)
+        log = bytearray(size)
+        nvjitlink.get_error_log(handle, log)
+        return log.rstrip(b"\x00").decode(errors="replace")
+    except Exception:  # noqa: BLE001 - the log is best effort; the status is what is raised
+        return ""
+
+
+# --- modules and kernels ------------------------------------------------------------
+
+
+def _module_load(image: bytes) -> Any:
+    err, module = driver.cuModuleLoadData(image)
+    if err:
+        raise_status(err, "cuModuleLoadData")
+    return module
+
+
+def _module_unload(module: Any) -> None:
+    (err,) = driver.cuModuleUnload(module)
+    if err:
+        raise_status(err, "cuModuleUnload")
+
+
+def _module_unload_status(module: Any) -> tuple[Any, str]:
+    (err,) = driver.cuModuleUnload(module)
+    return err, "cuModuleUnload"
+
+
+class Module(Resource):
+    """A loaded PTX or cubin image in one context.
+
+    Load with :meth:`Device.load_module` (or :meth:`Module.load`). Loading
+    garbage raises :class:`~cuguard.errors.CUDAError`
+    (``CUDA_ERROR_INVALID_IMAGE``) and loads nothing.
+    """
+
+    __slots__ = ("_device",)
+    _what = "module"
+    _device: int
+
+    @classmethod
+    def load(cls, context: Context, image: bytes | str) -> Module:
+        """Load ``image`` (PTX text or a cubin) into ``context``."""
+        if isinstance(image, str):
+            image = image.encode()
+        if not isinstance(image, bytes | bytearray):
+            raise TypeError(f"a module image must be bytes or str, not {type(image).__name__}")
+        data = bytes(image)
+        if not data.endswith(b"\x00"):
+            data += b"\x00"
+        handle = call_in(context, _module_load, _module_unload, data)
+        self = object.__new__(cls)
+        self._init(handle, context)
+        self._device = context.device
+        return self
+
+    def _release(self, raising: bool) -> tuple[Any, str]:
+        from cuguard.context import cleanup_in
+
+        if raising:
+            return call_in(self._context, _module_unload_status, None, self._handle)  # type: ignore[no-any-return]
+        result = cleanup_in(self._context, _module_unload_status, self._handle)
+        return result if result is not None else (0, "")
+
+    def get_kernel(self, name: str) -> Kernel:
+        """The kernel ``name`` (an ``extern "C"`` or mangled entry name).
+
+        A missing name raises :class:`~cuguard.errors.CUDAError`
+        (``CUDA_ERROR_NOT_FOUND``) whose message names the symbol.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"a kernel name must be a str, not {type(name).__name__}")
+        err, function = driver.cuModuleGetFunction(self.handle, name.encode())
+        if err:
+            raise CUDAError(err, "cuModuleGetFunction", f"kernel {name!r} not found in {self!r}")
+        return Kernel(function, name, self)
+
+
+class Kernel:
+    """A kernel of a loaded :class:`Module`; keeps its module alive."""
+
+    __slots__ = ("handle", "module", "name")
+
+    def __init__(self, handle: Any, name: str, module: Module) -> None:
+        self.handle = handle
+        self.name = name
+        self.module = module
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name!r}>"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Grid and block shape of a launch, and its dynamic shared memory in bytes.
+
+    ``grid`` and ``block`` are an int or a tuple of up to three ints, each 1 or
+    more; anything else raises ``ValueError``/``TypeError`` at construction.
+    """
+
+    grid: int | tuple[int, ...] = 1
+    block: int | tuple[int, ...] = 1
+    shared_mem: int = 0
+
+    def __post_init__(self) -> None:
+        _dims(self.grid, "grid")
+        _dims(self.block, "block")
+        if isinstance(self.shared_mem, bool) or not isinstance(self.shared_mem, int) or self.shared_mem < 0:
+            raise ValueError(f"shared_mem must be an int of 0 or more, not {self.shared_mem!r}")
+
+    def dims(self) -> tuple[int, int, int, int, int, int]:
+        """``(gx, gy, gz, bx, by, bz)``."""
+        return (*_dims(self.grid, "grid"), *_dims(self.block, "block"))
+
+
+def _dims(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"{what} must have 1 to 3 dimensions, not {len(dims)}")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise TypeError(f"{what} dimensions must be ints, not {type(d).__name__}")
+        if d < 1:
+            raise ValueError(f"{what} dimensions must be 1 or more, not {d}")
+    return (dims + (1, 1))[:3]  # type: ignore[return-value]
+
+
+def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Kernel arguments in the ``(values, ctypes types)`` form cuda-bindings takes.
+
+    Buffers pass their device address; pinned buffers their host address;
+    Python ints are 64-bit (a little-endian 32-bit parameter reads the low
+    half, so both widths work); Python floats are 32-bit floats (use
+    ``numpy.float64`` for ``double``); NumPy scalars keep their exact type.
+    Anything else raises ``TypeError``.
+    """
+    values: list[Any] = []
+    types: list[Any] = []
+    for arg in args:
+        if isinstance(arg, Buffer | PinnedBuffer):
+            values.append(int(arg.handle))
+            types.append(ctypes.c_void_p)
+        elif isinstance(arg, bool):
+            values.append(arg)
+            types.append(ctypes.c_bool)
+        elif isinstance(arg, int):
+            values.append(arg)
+            types.append(ctypes.c_int64)
+        elif isinstance(arg, float):
+            values.append(arg)
+            types.append(ctypes.c_float)
+        else:
+            ctype = _numpy_ctype(arg)
+            if ctype is None:
+                raise TypeError(f"cannot pass {type(arg).__name__} to a kernel")
+            values.append(arg.item())
+            types.append(ctype)
+    return tuple(values), tuple(types)
+
+
+_NUMPY_CTYPES = {
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+    "bool": ctypes.c_bool,
+}
+
+
+def _numpy_ctype(arg: Any) -> Any:
+    dtype = getattr(arg, "dtype", None)
+    if dtype is None or getattr(arg, "shape", None) != ():
+        return None
+    return _NUMPY_CTYPES.get(str(dtype))
+
+
+def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+    """Queue ``kernel`` on ``stream`` with ``config`` and ``args`` (see :func:`pack_args`).
+
+    Raises :class:`~cuguard.errors.CUDAError` if the launch is refused (a bad
+    configuration, a sticky error...); nothing was queued then. A fault inside
+    the kernel surfaces later, at a synchronization.
+    """
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
+    gx, gy, gz, bx, by, bz = config.dims()
+    kernel.module._check_open()
+    params = pack_args(args) if args else 0
+    (err,) = driver.cuLaunchKernel(kernel.handle, gx, gy, gz, bx, by, bz, config.shared_mem, stream.handle, params, 0)
+    if err:
+        raise_status(err, "cuLaunchKernel")

@@ -1,0 +1,289 @@
+"""Streams, events and host callbacks."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from cuguard.context import Context, call_in
+from cuguard.errors import call_unraisable, driver, raise_status
+
+from cuguard.resources._base import Resource
+
+__all__ = ["Event", "Stream"]
+
+
+# --- host callbacks ------------------------------------------------------------------
+#
+# One C thunk serves every host callback; ``userData`` is a token that finds the
+# Python callable, which stays referenced until the driver has called it.
+
+_HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_pending: dict[int, tuple[Callable[[], object], Stream]] = {}
+_pending_lock = threading.Lock()
+_tokens = itertools.count(1)
+
+
+def _host_trampoline(user_data: int | None) -> None:
+    with _pending_lock:
+        entry = _pending.pop(user_data or 0, None)
+    if entry is not None:
+        call_unraisable(entry[0], what="host callback")
+
+
+_HOST_THUNK = _HOST_FN_TYPE(_host_trampoline)
+_HOST_FN_ADDRESS: int = ctypes.cast(_HOST_THUNK, ctypes.c_void_p).value or 0
+
+
+@atexit.register
+def _drain_host_callbacks() -> None:
+    """Before the interpreter finalizes, let pending host callbacks run (S1)."""
+    with _pending_lock:
+        streams = {id(s): s for _, s in _pending.values()}
+    for stream in streams.values():
+        if not stream._closed and not stream._context._closed:
+            driver.cuStreamSynchronize(stream._handle)
+
+
+# --- streams -----------------------------------------------------------------------
+
+
+class Stream(Resource):
+    """A CUDA stream: an ordered queue of work on one device.
+
+    Create with :meth:`Device.create_stream`; wrap a foreign stream (anything
+    with ``__cuda_stream__`` or a raw handle) with :meth:`Stream.wrap`, which
+    never destroys it. Every method raises :class:`~cuguard.errors.CUDAError`
+    when the driver refuses and :class:`~cuguard.errors.ResourceClosedError`
+    once the stream is closed; none changes the current context.
+    """
+
+    __slots__ = ("_device",)
+    _what = "stream"
+    _device: int
+
+    @classmethod
+    def _make(cls, handle: Any, context: Context, device: int, owned: bool = True) -> Stream:
+        self = object.__new__(cls)
+        self._init(handle, context, owned)
+        self._device = device
+        return self
+
+    @classmethod
+    def wrap(cls, obj: Any, context: Context) -> Stream:
+        """Wrap a stream made elsewhere, without owning it.
+
+        ``obj`` has ``__cuda_stream__`` (returning ``(version, handle)``) or is
+        a ``CUstream``/int handle; ``context`` is the context it belongs to.
+        """
+        protocol = getattr(obj, "__cuda_stream__", None)
+        if protocol is not None:
+            _, address = protocol()
+            handle = driver_types().CUstream(int(address))
+        else:
+            handle = obj if isinstance(obj, driver_types().CUstream) else driver_types().CUstream(int(obj))
+        return cls._make(handle, context, context.device, owned=False)
+
+    @property
+    def device(self) -> int:
+        """The ordinal of the stream's device."""
+        return self._device
+
+    def _release(self, raising: bool) -> tuple[Any, str]:
+        # The driver destroys a stream whatever context is current.
+        (err,) = driver.cuStreamDestroy(self._handle)
+        return err, "cuStreamDestroy"
+
+    @property
+    def flags(self) -> int:
+        """The stream's creation flags (``CU_STREAM_NON_BLOCKING`` = 1)."""
+        err, flags = driver.cuStreamGetFlags(self.handle)
+        if err:
+            raise_status(err, "cuStreamGetFlags")
+        return int(flags)
+
+    @property
+    def priority(self) -> int:
+        """The stream's priority (lower numbers are higher priorities)."""
+        err, priority = driver.cuStreamGetPriority(self.handle)
+        if err:
+            raise_status(err, "cuStreamGetPriority")
+        return int(priority)
+
+    def sync(self) -> None:
+        """Wait until all work queued on the stream has finished.
+
+        A kernel fault surfaces here as a sticky :class:`~cuguard.errors.CUDAError`.
+        """
+        (err,) = driver.cuStreamSynchronize(self.handle)
+        if err:
+            raise_status(err, "cuStreamSynchronize")
+
+    def query(self) -> bool:
+        """Whether all queued work has finished (never blocks)."""
+        (err,) = driver.cuStreamQuery(self.handle)
+        if not err:
+            return True
+        if int(err) == 600:  # CUDA_ERROR_NOT_READY
+            return False
+        raise_status(err, "cuStreamQuery")
+
+    def wait(self, other: Event | Stream) -> None:
+        """Make future work on this stream wait for ``other``.
+
+        ``other`` is an :class:`Event` (waits for its last record) or a
+        :class:`Stream` (waits for the work queued on it so far; a temporary
+        event is recorded on it and released again, also on failure).
+        """
+        if isinstance(other, Event):
+            (err,) = driver.cuStreamWaitEvent(self.handle, other.handle, 0)
+            if err:
+                raise_status(err, "cuStreamWaitEvent")
+            return
+        if not isinstance(other, Stream):
+            raise TypeError(f"a stream can wait on an Event or a Stream, not {type(other).__name__}")
+        other._check_open()
+        with Event._create(other._context, other._device, timing=False) as event:
+            event.record(other)
+            (err,) = driver.cuStreamWaitEvent(self.handle, event._handle, 0)
+            if err:
+                raise_status(err, "cuStreamWaitEvent")
+
+    def record(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new timing event if ``None``) on this stream; return it.
+
+        If recording a new event fails, the event is released before the
+        error propagates (G1).
+        """
+        if event is not None:
+            event.record(self)
+            return event
+        new = Event._create(self._context, self._device, timing=True)
+        try:
+            new.record(self)
+        except BaseException as exc:
+            new._discard(exc)
+            raise
+        return new
+
+    def launch_host_func(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` on a driver thread once the work queued so far has finished.
+
+        An exception raised by ``fn`` goes to ``sys.unraisablehook`` and the
+        stream carries on (W6). ``fn`` stays referenced until it has run. If the
+        launch fails, ``fn`` is never called and
+        :class:`~cuguard.errors.CUDAError` is raised.
+        """
+        if not callable(fn):
+            raise TypeError(f"a host function must be callable, not {type(fn).__name__}")
+        handle = self.handle
+        token = next(_tokens)
+        with _pending_lock:
+            _pending[token] = (fn, self)
+        (err,) = driver.cuLaunchHostFunc(handle, driver_types().CUhostFn(_HOST_FN_ADDRESS), token)
+        if err:
+            with _pending_lock:
+                _pending.pop(token, None)
+            raise_status(err, "cuLaunchHostFunc")
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol: ``(0, handle address)``."""
+        return (0, int(self.handle))
+
+
+# --- events ------------------------------------------------------------------------
+
+
+class Event(Resource):
+    """A CUDA event: a marker in a stream that can be waited on and timed.
+
+    Create with :meth:`Device.create_event` or :meth:`Stream.record`. Methods
+    raise :class:`~cuguard.errors.CUDAError` when the driver refuses and
+    :class:`~cuguard.errors.ResourceClosedError` once closed.
+    """
+
+    __slots__ = ("_device", "_timing")
+    _what = "event"
+    _device: int
+    _timing: bool
+
+    @classmethod
+    def _create(cls, context: Context, device: int, timing: bool) -> Event:
+        flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
+        handle = call_in(context, _event_create, _event_destroy, flags)
+        self = object.__new__(cls)
+        self._init(handle, context)
+        self._device = device
+        self._timing = timing
+        return self
+
+    @property
+    def timing(self) -> bool:
+        """Whether the event records time (``elapsed_since`` needs it)."""
+        return self._timing
+
+    @property
+    def device(self) -> int:
+        """The ordinal of the event's device."""
+        return self._device
+
+    def _release(self, raising: bool) -> tuple[Any, str]:
+        (err,) = driver.cuEventDestroy(self._handle)
+        return err, "cuEventDestroy"
+
+    def record(self, stream: Stream) -> None:
+        """Record the event at the current end of ``stream``'s queue."""
+        (err,) = driver.cuEventRecord(self.handle, stream.handle)
+        if err:
+            raise_status(err, "cuEventRecord")
+
+    def sync(self) -> None:
+        """Wait until the work before the last record has finished."""
+        (err,) = driver.cuEventSynchronize(self.handle)
+        if err:
+            raise_status(err, "cuEventSynchronize")
+
+    def query(self) -> bool:
+        """Whether the work before the last record has finished (a never-recorded event is done)."""
+        (err,) = driver.cuEventQuery(self.handle)
+        if not err:
+            return True
+        if int(err) == 600:  # CUDA_ERROR_NOT_READY
+            return False
+        raise_status(err, "cuEventQuery")
+
+    def elapsed_since(self, start: Event) -> float:
+        """Milliseconds between ``start`` and this event; both must be recorded timing events.
+
+        The driver answers ``CUDA_ERROR_INVALID_HANDLE`` (raised as
+        :class:`~cuguard.errors.CUDAError`) for unrecorded or non-timing events.
+        """
+        err, ms = driver.cuEventElapsedTime(start.handle, self.handle)
+        if err:
+            raise_status(err, "cuEventElapsedTime")
+        return float(ms)
+
+
+def _event_create(flags: int) -> Any:
+    err, handle = driver.cuEventCreate(flags)
+    if err:
+        raise_status(err, "cuEventCreate")
+    return handle
+
+
+def _event_destroy(handle: Any) -> None:
+    (err,) = driver.cuEventDestroy(handle)
+    if err:
+        raise_status(err, "cuEventDestroy")
+
+
+def driver_types() -> Any:
+    """The cuda-bindings module whose types (``CUstream``...) handles are made of."""
+    from cuda.bindings import driver as types
+
+    return types
+
