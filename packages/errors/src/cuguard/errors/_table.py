@@ -11,7 +11,7 @@ status renders. The JSON is read on first use, never at import.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 
 __all__ = [
@@ -29,11 +29,14 @@ SUCCESS = 0
 DEINITIALIZED = 4
 NO_DEVICE = 100
 
-# Statuses after which the driver refuses all further work in the process
-# (a kernel fault corrupted the context). Values are stable across CUDA 12 and 13.
+# Statuses after which the driver refuses all further work in the process (a kernel
+# fault corrupted the context, or the driver documents that "any further CUDA work will
+# return the same error" / the process "must be terminated and relaunched").
+# Values are stable across CUDA 12 and 13.
 STICKY_CODES: frozenset[int] = frozenset(
     {
         214,  # CUDA_ERROR_ECC_UNCORRECTABLE
+        226,  # CUDA_ERROR_CONTAINED
         700,  # CUDA_ERROR_ILLEGAL_ADDRESS
         702,  # CUDA_ERROR_LAUNCH_TIMEOUT
         710,  # CUDA_ERROR_ASSERT
@@ -43,13 +46,18 @@ STICKY_CODES: frozenset[int] = frozenset(
         717,  # CUDA_ERROR_INVALID_ADDRESS_SPACE
         718,  # CUDA_ERROR_INVALID_PC
         719,  # CUDA_ERROR_LAUNCH_FAILED
+        721,  # CUDA_ERROR_TENSOR_MEMORY_LEAK
+        810,  # CUDA_ERROR_MPS_CLIENT_TERMINATED
+        911,  # CUDA_ERROR_EXTERNAL_DEVICE
     }
 )
 
 
 def _library_table(prefix: str, names: dict[int, str]) -> dict[int, tuple[str, str]]:
     """Full status names of a compiler/linker library, with a readable description."""
-    return {code: (prefix + name, name.removeprefix("ERROR_").replace("_", " ").lower()) for code, name in names.items()}
+    return {
+        code: (prefix + name, name.removeprefix("ERROR_").replace("_", " ").lower()) for code, name in names.items()
+    }
 
 
 NVRTC_NAMES: dict[int, tuple[str, str]] = _library_table(
@@ -164,13 +172,13 @@ def _entry(kind: str, code: int) -> tuple[str, str]:
     return name, text
 
 
-@lru_cache(maxsize=None)
+@cache
 def driver_entry(code: int) -> tuple[str, str]:
     """``(name, description)`` of a driver ``CUresult`` code; never fails."""
     return _entry("driver", code)
 
 
-@lru_cache(maxsize=None)
+@cache
 def runtime_entry(code: int) -> tuple[str, str]:
     """``(name, description)`` of a runtime ``cudaError_t`` code; never fails."""
     return _entry("runtime", code)
