@@ -18,7 +18,7 @@ Every exception pickles with all of its attributes and its notes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from cuguard.errors import _table
 
@@ -131,8 +131,8 @@ class CUDADriverNotFoundError(CUDAError):
 class _LibraryError(CUDAError):
     """A failure of a CUDA compiler or linker library; carries the library's log."""
 
-    _library_names: dict[int, tuple[str, str]] = {}
-    _library: str = ""
+    _library_names: ClassVar[dict[int, tuple[str, str]]] = {}
+    _library: ClassVar[str] = ""
     log: str
 
     def __init__(self, code: object, call: str | None = None, log: str = "", detail: str | None = None) -> None:
@@ -140,7 +140,7 @@ class _LibraryError(CUDAError):
         super().__init__(code, call, detail)
 
     @classmethod
-    def _lookup(cls, code: int) -> tuple[str, str]:  # type: ignore[override]
+    def _lookup(cls, code: int) -> tuple[str, str]:
         entry = cls._library_names.get(code)
         if entry is None:
             return (f"{cls._library}_ERROR_{code}", f"unknown {cls._library} status {code}")

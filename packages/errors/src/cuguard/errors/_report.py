@@ -42,8 +42,12 @@ def format_handle(handle: object) -> str:
         return "NULL"
     try:
         return hex(int(handle))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - rendering a handle for a report must never raise
+        pass
+    try:
         return repr(handle)
+    except Exception:  # noqa: BLE001
+        return object.__repr__(handle)
 
 
 def raise_status(status: object, call: str, detail: str | None = None) -> NoReturn:
@@ -91,9 +95,16 @@ def add_failure_note(exc: BaseException, failure: object, call: str | None = Non
     elif isinstance(failure, BaseException):
         text = f"{type(failure).__name__}: {failure}"
     else:
-        if _status_code(failure) == DEINITIALIZED:
-            return
-        text = _failure_text(failure, call or "CUDA call", handle)
+        try:
+            code = _status_code(failure)
+        except TypeError:
+            # A caller passed something that is not a status: say so, but never let it
+            # replace the exception that is propagating.
+            text = str(internal_error(f"{call or 'a CUDA call'} failed with {failure!r}, which is not a CUDA status"))
+        else:
+            if code == DEINITIALIZED:
+                return
+            text = _failure_text(code, call or "CUDA call", handle)
     exc.add_note(f"while handling this error, cleanup also failed: {text}")
 
 
