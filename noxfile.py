@@ -1,0 +1,203 @@
+"""Every check of cuguard, one nox session each.
+
+``nox`` runs the default sessions (what ``.ci/run`` runs); ``nox -l`` lists them all.
+
+Sessions
+--------
+- ``lint``: ruff (check and format) over the repository, then import-linter's layer
+  contracts (``[tool.importlinter]`` in the root ``pyproject.toml``).
+- ``typecheck``: ``mypy --strict`` over every package's ``src/`` and ``tests/typing/``.
+- ``tests(<layer>-cuda<major>)``: one per package under ``packages/`` (found by their
+  ``pyproject.toml``), in a fresh environment holding only that package, the cuguard
+  layers it depends on, cuguard-testing (once it exists) and the test tools; runs that
+  package's ``tests/``. Packages in ``BOTH_BINDINGS_MAJORS`` run against cuda-bindings
+  12.9.x and 13.x, the others against 13.x.
+- ``build``: builds the sdist and wheel of every package and of the meta-package in
+  isolation (dependencies from the index, never from the tree), then
+  ``.ci/check_dists.py`` checks the built metadata against the tree.
+
+Adding a session (``contract``, ``sweep``, ``docs``, ``demo``): write it below the others
+with ``@nox.session``, reuse ``_install_local`` to install the layers it needs, and add
+its name to ``DEFAULT_SESSIONS`` if ``.ci/run`` must run it.
+
+Arguments after ``--`` go to the session's main tool (pytest, mypy, ruff check).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import nox
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+nox.needs_version = ">=2024.10.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_external_run = True
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES_DIR = ROOT / "packages"
+
+# What the default run (`nox`, and so `.ci/run`) runs, in this order.
+DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "build"]
+nox.options.sessions = DEFAULT_SESSIONS
+
+# Tool versions are pinned so that a new release of a checker cannot break a clean tree.
+RUFF = "ruff==0.17.6"
+MYPY = "mypy==2.4.1"
+IMPORT_LINTER = "import-linter==2.17"
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "numpy>=1.26"]
+
+# cuda-bindings majors; a package runs its tests once per major it is listed under.
+BINDINGS = {12: "cuda-bindings>=12.9,<13", 13: "cuda-bindings>=13,<14"}
+DEFAULT_BINDINGS_MAJOR = 13
+BOTH_BINDINGS_MAJORS = {"errors"}
+
+TESTING_DIST = "cuguard-testing"
+
+
+@dataclass(frozen=True)
+class Package:
+    """One distribution under ``packages/``: ``packages/<layer>`` holds ``cuguard.<layer>``."""
+
+    layer: str
+    dist: str
+    path: Path
+    requires: tuple[str, ...]  # the cuguard-* distributions it depends on
+
+    @property
+    def module(self) -> str:
+        return f"cuguard.{self.layer}"
+
+
+def _discover() -> dict[str, Package]:
+    """Every package under ``packages/``, keyed by distribution name, dependencies first."""
+    found: dict[str, Package] = {}
+    for pyproject in sorted(PACKAGES_DIR.glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text("utf-8"))["project"]
+        requires = tuple(
+            sorted(
+                {
+                    canonicalize_name(Requirement(spec).name)
+                    for spec in project.get("dependencies", [])
+                    if canonicalize_name(Requirement(spec).name).startswith("cuguard-")
+                }
+            )
+        )
+        dist = canonicalize_name(project["name"])
+        found[dist] = Package(pyproject.parent.name, dist, pyproject.parent, requires)
+    ordered: dict[str, Package] = {}
+
+    def visit(dist: str, trail: tuple[str, ...]) -> None:
+        if dist in ordered:
+            return
+        if dist in trail:
+            raise RuntimeError(f"dependency cycle between packages: {' -> '.join((*trail, dist))}")
+        for dependency in found[dist].requires:
+            if dependency in found:  # a missing sibling fails at install time, with pip's message
+                visit(dependency, (*trail, dist))
+        ordered[dist] = found[dist]
+
+    for dist in found:
+        visit(dist, ())
+    return ordered
+
+
+PACKAGES = _discover()
+BY_LAYER = {package.layer: package for package in PACKAGES.values()}
+
+
+def _closure(dists: list[str]) -> list[Package]:
+    """The packages named and every cuguard package they depend on, dependencies first."""
+    wanted: set[str] = set()
+    pending = [dist for dist in dists if dist in PACKAGES]
+    while pending:
+        dist = pending.pop()
+        if dist not in wanted:
+            wanted.add(dist)
+            pending.extend(dep for dep in PACKAGES[dist].requires if dep in PACKAGES)
+    return [package for dist, package in PACKAGES.items() if dist in wanted]
+
+
+def _install_local(session: nox.Session, packages: list[Package], *extra: str, deps: bool = True) -> None:
+    """Install ``packages`` editable, one ``-e`` each, in a single command with ``extra``.
+
+    One command lets the sibling specifiers (``cuguard-errors>=0.1,<0.2``) resolve to the
+    editable checkouts instead of an index.
+    """
+    editables = [arg for package in packages for arg in ("-e", str(package.path))]
+    session.install(*([] if deps else ["--no-deps"]), *editables, *extra)
+
+
+def _test_params() -> list[object]:
+    params: list[object] = []
+    for package in PACKAGES.values():
+        majors = sorted(BINDINGS) if package.layer in BOTH_BINDINGS_MAJORS else [DEFAULT_BINDINGS_MAJOR]
+        params.extend(nox.param(package.layer, major, id=f"{package.layer}-cuda{major}") for major in majors)
+    return params
+
+
+@nox.session
+@nox.parametrize(("layer", "bindings"), _test_params())
+def tests(session: nox.Session, layer: str, bindings: int) -> None:
+    """Run one package's tests/ with only that package and the layers below it installed."""
+    package = BY_LAYER[layer]
+    wanted = [package.dist] + ([TESTING_DIST] if TESTING_DIST in PACKAGES else [])
+    _install_local(session, _closure(wanted), BINDINGS[bindings], *TEST_TOOLS)
+    session.run("python", "-c", "import cuda.bindings; print('cuda-bindings', cuda.bindings.__version__)")
+    session.chdir(package.path)
+    session.run("pytest", "tests", *session.posargs)
+
+
+def _contract_modules(config: dict[str, object]) -> set[str]:
+    """Every module named by the import-linter contracts (optional layers included)."""
+    named: set[str] = set()
+    contracts = config.get("contracts", [])
+    assert isinstance(contracts, list)
+    for contract in contracts:
+        for key in ("layers", "modules", "source_modules", "forbidden_modules"):
+            for entry in contract.get(key, []):
+                for part in str(entry).replace(":", "|").split("|"):
+                    named.add(part.strip().strip("()").strip())
+    return named
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check, ruff format --check, and the import-linter contracts."""
+    session.install(RUFF, IMPORT_LINTER)
+    # import-linter reads the source; the packages only need to be importable.
+    _install_local(session, list(PACKAGES.values()), deps=False)
+    session.run("ruff", "check", *(session.posargs or ["."]))
+    session.run("ruff", "format", "--check", ".")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]
+    unnamed = sorted(p.module for p in PACKAGES.values() if p.module not in _contract_modules(config))
+    if unnamed:
+        session.error(f"import-linter contracts in pyproject.toml do not name {', '.join(unnamed)}")
+    session.run("lint-imports", "--no-cache")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package's src/ (and tests/typing/ where present)."""
+    session.install(MYPY, *TEST_TOOLS)
+    _install_local(session, list(PACKAGES.values()), BINDINGS[DEFAULT_BINDINGS_MAJOR])
+    targets = [str(p.path / "src") for p in PACKAGES.values()]
+    targets += [str(p.path / "tests" / "typing") for p in PACKAGES.values() if (p.path / "tests" / "typing").is_dir()]
+    session.run("mypy", "--strict", *targets, *session.posargs)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build every sdist and wheel in isolation; check sibling specifiers against the tree."""
+    session.install("build[uv]>=1.2", "packaging>=24")
+    out = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    # `python -m build` builds the sdist, then the wheel from the sdist: a file missing from
+    # the sdist fails here. Build requirements come from the index, never from the tree.
+    for path in [*(p.path for p in PACKAGES.values()), ROOT]:
+        session.run("python", "-m", "build", "--installer=uv", "--outdir", str(out), str(path), silent=True)
+    session.run("python", str(ROOT / ".ci" / "check_dists.py"), str(out))
