@@ -1,0 +1,1236 @@
+"""cuguard's overhead over raw cuda-bindings, next to cuda.core's (issue 8).
+
+For each operation, in one process, the median nanoseconds per operation of
+
+  (a) raw cuda-bindings calls doing the same driver work (with a minimal status check),
+  (b) cuguard,
+  (c) cuda.core, where it has the operation (``null`` with the reason where not),
+
+and the ratios (b)/(a) and (c)/(a). Every variant is warmed up, then timed in
+batches sized so that one batch takes about ``--target-ms`` milliseconds; the
+variants of an operation are interleaved batch by batch (a, b, c, a, b, c...)
+so that drift in clocks or driver state hits them alike; the figure is the
+median over the repeats. The garbage collector is off during a batch (as in
+``timeit``). Work that queues on a stream is drained after each batch, outside
+the timed region.
+
+Usage::
+
+    python benchmarks/overhead.py                       # the real GPU, JSON under benchmarks/results/
+    python benchmarks/overhead.py --quick --out x.json  # fewer repeats, shorter batches
+    python benchmarks/overhead.py --driver sim --quick  # cuguard vs. the simulated driver (CPU only)
+    python benchmarks/overhead.py --profile             # also cProfile the cuguard side of each operation
+
+With ``--driver sim`` the "raw" variant calls the simulated driver's functions
+directly and cuda.core is skipped; those results are marked ``"simulated": true``
+and are for comparing commits on CPU machines, never GPU figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import datetime
+import gc
+import io
+import itertools
+import json
+import os
+import platform
+import pstats
+import socket
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+# Targets of issue 8, as cuguard/raw ratios (plus: at or below cuda.core's ratio where it has one).
+TARGETS = {
+    "stream_create_close": 1.05,
+    "event_create_close": 1.35,
+    "alloc_async_256B": 1.35,
+    "graph_build_16": 2.0,
+}
+
+KERNEL_SOURCE = 'extern "C" __global__ void empty() {}\n'
+NOT_READY = 600  # CUDA_ERROR_NOT_READY
+GRAPH_NODES = 16
+
+
+class RawError(RuntimeError):
+    """A raw driver call failed (the raw variants check every status, nothing more)."""
+
+
+def _fail(err: Any, call: str) -> None:
+    raise RawError(f"{call} failed: {err!r}")
+
+
+# --- variants and operations ------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    """One way of doing an operation: ``fn()`` does it once; ``after()`` drains, untimed."""
+
+    fn: Callable[[], object] | None = None
+    after: Callable[[], object] | None = None
+    cleanup: Callable[[], object] | None = None
+    reason: str | None = None  # why fn is None
+    note: str | None = None
+
+
+@dataclass
+class Operation:
+    name: str
+    description: str
+    variants: dict[str, Variant] = field(default_factory=dict)
+    setup: Callable[[], object] | None = None
+    teardown: Callable[[], object] | None = None
+
+
+KINDS = ("raw", "cuguard", "cuda_core")
+
+
+def _build(kind: str, builder: Callable[[], Variant]) -> Variant:
+    """Run a variant's builder and try its operation once; a failure becomes a null with the reason."""
+    try:
+        variant = builder()
+        if variant.fn is not None:
+            variant.fn()
+            if variant.after is not None:
+                variant.after()
+        return variant
+    except Exception as exc:  # noqa: BLE001 - recorded as the reason for a null figure
+        tb = traceback.format_exc(limit=6)
+        return Variant(reason=f"{kind} variant failed: {type(exc).__name__}: {exc}", note=tb)
+
+
+# --- the environment: driver, cuguard objects, cuda.core objects --------------------------
+
+
+class Env:
+    """What the operations share: the raw driver, cuguard's device and stream, cuda.core's."""
+
+    def __init__(self, raw: Any, simulated: bool) -> None:
+        from cuguard.resources import Device
+
+        self.D = raw
+        self.simulated = simulated
+        self.dev = Device(0)
+        self.dev.set_current()
+        self.ctx = self.dev.context
+        self.stream = self.dev.create_stream()
+        self.hstream = self.stream.handle
+        self.core: Any = None
+        self.core_reason = "skipped on the simulated driver" if simulated else None
+        self.cdev: Any = None
+        self.cstream: Any = None
+        if not simulated:
+            try:
+                from cuda import core
+
+                self.core = core
+                self.cdev = core.Device(0)
+                self.cdev.set_current()
+                self.cstream = self.cdev.create_stream()
+            except Exception as exc:  # noqa: BLE001 - cuda.core missing: its column is null
+                self.core = None
+                self.core_reason = f"cuda.core unavailable: {type(exc).__name__}: {exc}"
+            # cuda.core's set_current made the same primary context current; make sure.
+            self.dev.set_current()
+        self.kernel_image: bytes | None = None
+        self.kernel_kind = ""
+        self.kernel_note = ""
+        self.switch_other: dict[str, Any] = {}
+
+    def close(self) -> None:
+        """Release what the run holds while its driver is still installed."""
+        self.dev.set_current()
+        other = self.switch_other.get("other")
+        if other is not None:
+            other.close()
+        self.stream.close()
+        if self.cstream is not None:
+            with contextlib.suppress(Exception):
+                self.cstream.close()
+        self.dev.close()
+        gc.collect()
+
+    def sync(self) -> None:
+        (err,) = self.D.cuStreamSynchronize(self.hstream)
+        if err:
+            _fail(err, "cuStreamSynchronize")
+
+    def csync(self) -> None:
+        self.cstream.sync()
+
+    def need_core(self) -> Any:
+        if self.core is None:
+            raise LookupError(self.core_reason or "cuda.core unavailable")
+        return self.core
+
+
+def _core_variant(env: Env, builder: Callable[[], Variant]) -> Variant:
+    if env.core is None:
+        return Variant(reason=env.core_reason or "cuda.core unavailable")
+    return _build("cuda_core", builder)
+
+
+# --- operations -------------------------------------------------------------------------
+
+
+def op_stream(env: Env) -> Operation:
+    D, dev = env.D, env.dev
+    op = Operation("stream_create_close", "create and destroy a stream (flags 0)")
+
+    def raw() -> Variant:
+        create, destroy = D.cuStreamCreate, D.cuStreamDestroy
+
+        def fn() -> None:
+            err, h = create(0)
+            if err:
+                _fail(err, "cuStreamCreate")
+            (err,) = destroy(h)
+            if err:
+                _fail(err, "cuStreamDestroy")
+
+        return Variant(fn)
+
+    def guarded() -> Variant:
+        create = dev.create_stream
+
+        def fn() -> None:
+            create().close()
+
+        return Variant(fn)
+
+    def core() -> Variant:
+        create = env.cdev.create_stream
+
+        def fn() -> None:
+            create().close()
+
+        return Variant(fn)
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": _core_variant(env, core),
+    }
+    return op
+
+
+def op_event(env: Env) -> Operation:
+    D, dev = env.D, env.dev
+    op = Operation("event_create_close", "create and destroy an event without timing (CU_EVENT_DISABLE_TIMING)")
+
+    def raw() -> Variant:
+        create, destroy = D.cuEventCreate, D.cuEventDestroy
+
+        def fn() -> None:
+            err, h = create(2)
+            if err:
+                _fail(err, "cuEventCreate")
+            (err,) = destroy(h)
+            if err:
+                _fail(err, "cuEventDestroy")
+
+        return Variant(fn)
+
+    def guarded() -> Variant:
+        create = dev.create_event
+
+        def fn() -> None:
+            create(timing=False).close()
+
+        return Variant(fn)
+
+    def core() -> Variant:
+        options = _core_event_options(env)
+        create = env.cdev.create_event
+
+        def fn() -> None:
+            create(options).close()
+
+        return Variant(fn)
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": _core_variant(env, core),
+    }
+    return op
+
+
+def _core_event_options(env: Env) -> Any:
+    core = env.need_core()
+    for kwargs in ({"enable_timing": False}, {"timing_enabled": False}):
+        try:
+            return core.EventOptions(**kwargs)
+        except TypeError:
+            continue
+    return None  # cuda.core's default event has timing disabled
+
+
+def op_event_record_query(env: Env) -> Operation:
+    D, dev, s = env.D, env.dev, env.stream
+    op = Operation("event_record_query", "record an event on a stream, then query it")
+    events: list[Any] = []
+
+    def raw() -> Variant:
+        err, e = D.cuEventCreate(2)
+        if err:
+            _fail(err, "cuEventCreate")
+        record, query, hs = D.cuEventRecord, D.cuEventQuery, env.hstream
+
+        def fn() -> None:
+            (err,) = record(e, hs)
+            if err:
+                _fail(err, "cuEventRecord")
+            (err,) = query(e)
+            if err and int(err) != NOT_READY:
+                _fail(err, "cuEventQuery")
+
+        return Variant(fn, after=env.sync, cleanup=lambda: D.cuEventDestroy(e))
+
+    def guarded() -> Variant:
+        e = dev.create_event(timing=False)
+        events.append(e)
+
+        def fn() -> None:
+            e.record(s)
+            e.query()
+
+        return Variant(fn, after=env.sync, cleanup=e.close)
+
+    def core() -> Variant:
+        e = env.cdev.create_event(_core_event_options(env))
+        cs = env.cstream
+
+        def fn() -> None:
+            cs.record(e)
+            e.is_done  # noqa: B018 - the property queries the driver
+
+        return Variant(fn, after=env.csync, cleanup=e.close)
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": _core_variant(env, core),
+    }
+    return op
+
+
+def op_alloc(env: Env) -> Operation:
+    D, dev, s = env.D, env.dev, env.stream
+    op = Operation("alloc_async_256B", "stream-ordered allocate and free of 256 bytes")
+
+    def raw() -> Variant:
+        alloc, free, hs = D.cuMemAllocAsync, D.cuMemFreeAsync, env.hstream
+
+        def fn() -> None:
+            err, p = alloc(256, hs)
+            if err:
+                _fail(err, "cuMemAllocAsync")
+            (err,) = free(p, hs)
+            if err:
+                _fail(err, "cuMemFreeAsync")
+
+        return Variant(fn, after=env.sync)
+
+    def guarded() -> Variant:
+        allocate = dev.allocate
+
+        def fn() -> None:
+            allocate(256, stream=s).close()
+
+        return Variant(fn, after=env.sync)
+
+    def core() -> Variant:
+        allocate, cs = env.cdev.allocate, env.cstream
+
+        def fn() -> None:
+            allocate(256, stream=cs).close(cs)
+
+        return Variant(fn, after=env.csync, note="cuda.core allocates from the device's memory pool")
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": _core_variant(env, core),
+    }
+    return op
+
+
+def op_pinned(env: Env) -> Operation:
+    D, dev = env.D, env.dev
+    op = Operation("pinned_alloc_256B", "page-locked host allocate and free of 256 bytes")
+
+    def raw() -> Variant:
+        alloc, free = D.cuMemHostAlloc, D.cuMemFreeHost
+
+        def fn() -> None:
+            err, p = alloc(256, 0)
+            if err:
+                _fail(err, "cuMemHostAlloc")
+            (err,) = free(p)
+            if err:
+                _fail(err, "cuMemFreeHost")
+
+        return Variant(fn)
+
+    def guarded() -> Variant:
+        allocate = dev.allocate_pinned
+
+        def fn() -> None:
+            allocate(256).close()
+
+        return Variant(fn)
+
+    def core() -> Variant:
+        mr = env.need_core().LegacyPinnedMemoryResource()
+        allocate = mr.allocate
+        try:
+            allocate(256).close()
+        except TypeError:  # a cuda.core that wants the stream
+            cs = env.cstream
+
+            def with_stream() -> None:
+                allocate(256, stream=cs).close()
+
+            return Variant(with_stream, note="LegacyPinnedMemoryResource (cuMemAllocHost), allocate(size, stream=)")
+
+        def fn() -> None:
+            allocate(256).close()
+
+        return Variant(fn, note="LegacyPinnedMemoryResource (cuMemAllocHost)")
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": _core_variant(env, core),
+    }
+    return op
+
+
+def op_h2d(env: Env) -> Operation:
+    D, dev, s = env.D, env.dev, env.stream
+    op = Operation("h2d_copy_4B", "queue a 4-byte host-to-device copy from pinned memory on a stream")
+    keep: list[Any] = []
+
+    def raw() -> Variant:
+        err, dptr = D.cuMemAlloc(4)
+        if err:
+            _fail(err, "cuMemAlloc")
+        err, host = D.cuMemHostAlloc(4, 0)
+        if err:
+            _fail(err, "cuMemHostAlloc")
+        copy, hs = D.cuMemcpyHtoDAsync, env.hstream
+
+        def fn() -> None:
+            (err,) = copy(dptr, host, 4, hs)
+            if err:
+                _fail(err, "cuMemcpyHtoDAsync")
+
+        def cleanup() -> None:
+            env.sync()
+            D.cuMemFree(dptr)
+            D.cuMemFreeHost(host)
+
+        return Variant(fn, after=env.sync, cleanup=cleanup)
+
+    def guarded() -> Variant:
+        buf = dev.allocate(4)
+        pinned = dev.allocate_pinned(4)
+        keep.extend((buf, pinned))
+        copy_from = buf.copy_from
+
+        def fn() -> None:
+            copy_from(pinned, stream=s)
+
+        def cleanup() -> None:
+            env.sync()
+            buf.close()
+            pinned.close()
+
+        return Variant(fn, after=env.sync, cleanup=cleanup)
+
+    def core() -> Variant:
+        core_mod = env.need_core()
+        cs = env.cstream
+        buf = env.cdev.allocate(4, stream=cs)
+        pinned = core_mod.LegacyPinnedMemoryResource().allocate(4)
+        copy_from = buf.copy_from
+
+        def fn() -> None:
+            copy_from(pinned, stream=cs)
+
+        def cleanup() -> None:
+            cs.sync()
+            buf.close(cs)
+            pinned.close()
+
+        return Variant(fn, after=env.csync, cleanup=cleanup)
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": _core_variant(env, core),
+    }
+    return op
+
+
+def op_switch(env: Env) -> Operation:
+    """A Device method while another context is current: switch in, work, restore."""
+    from cuguard.context import Context
+
+    D, dev = env.D, env.dev
+    op = Operation(
+        "switch_restore_event",
+        "Device.create_event + close while another context is current (switch in, create, restore; destroy)",
+    )
+    holder = env.switch_other
+
+    def setup() -> None:
+        other = holder.get("other")
+        if other is None:
+            other = holder["other"] = Context.create(0)
+        other.set_current()
+
+    def teardown() -> None:
+        dev.set_current()
+
+    def raw() -> Variant:
+        get, set_, create, destroy = D.cuCtxGetCurrent, D.cuCtxSetCurrent, D.cuEventCreate, D.cuEventDestroy
+        primary = env.ctx.handle
+
+        def fn() -> None:
+            err, previous = get()
+            if err:
+                _fail(err, "cuCtxGetCurrent")
+            (err,) = set_(primary)
+            if err:
+                _fail(err, "cuCtxSetCurrent")
+            err, h = create(2)
+            if err:
+                _fail(err, "cuEventCreate")
+            (err,) = set_(previous)
+            if err:
+                _fail(err, "cuCtxSetCurrent")
+            (err,) = destroy(h)
+            if err:
+                _fail(err, "cuEventDestroy")
+
+        return Variant(fn)
+
+    def guarded() -> Variant:
+        create = dev.create_event
+
+        def fn() -> None:
+            create(timing=False).close()
+
+        return Variant(fn)
+
+    setup()
+    try:
+        op.variants = {
+            "raw": _build("raw", raw),
+            "cuguard": _build("cuguard", guarded),
+            "cuda_core": Variant(
+                reason="cuda.core has no switch-and-restore: its Device methods work in the current context"
+            ),
+        }
+        _, now = D.cuCtxGetCurrent()
+        if int(now) != int(holder["other"].handle):
+            op.variants["cuguard"] = Variant(reason="cuguard did not restore the caller's context (G2 violated)")
+    finally:
+        teardown()
+
+    def final_teardown() -> None:
+        teardown()
+
+    op.setup, op.teardown = setup, final_teardown
+    return op
+
+
+def _chain_raw(D: Any) -> Any:
+    err, graph = D.cuGraphCreate(0)
+    if err:
+        _fail(err, "cuGraphCreate")
+    add = D.cuGraphAddEmptyNode
+    err, node = add(graph, None, 0)
+    if err:
+        _fail(err, "cuGraphAddEmptyNode")
+    for _ in range(GRAPH_NODES - 1):
+        err, node = add(graph, [node], 1)
+        if err:
+            _fail(err, "cuGraphAddEmptyNode")
+    return graph
+
+
+def _graph_definition_class(which: str) -> Any:
+    if which == "cuguard":
+        try:
+            from cuguard.graphs import GraphDefinition  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise LookupError(f"not yet implemented (cuguard.graphs: {exc})") from None
+        return GraphDefinition
+    from cuda.core.graph import GraphDefinition as CoreDefinition
+
+    return CoreDefinition
+
+
+def _new_definition(cls: Any, env: Env) -> Any:
+    try:
+        return cls()
+    except TypeError:
+        return cls(env.dev)
+
+
+def _chain(definition: Any) -> Any:
+    node = definition.empty()
+    for _ in range(GRAPH_NODES - 1):
+        node = node.join()
+    return node
+
+
+def _dispose(definition: Any) -> None:
+    close = getattr(definition, "close", None)
+    if close is not None:
+        close()
+
+
+def op_graph_build(env: Env) -> Operation:
+    D = env.D
+    op = Operation("graph_build_16", f"build a {GRAPH_NODES}-node chain of empty nodes, then destroy the graph")
+
+    def raw() -> Variant:
+        destroy = D.cuGraphDestroy
+
+        def fn() -> None:
+            (err,) = destroy(_chain_raw(D))
+            if err:
+                _fail(err, "cuGraphDestroy")
+
+        return Variant(fn)
+
+    def graph_variant(which: str) -> Callable[[], Variant]:
+        def builder() -> Variant:
+            cls = _graph_definition_class(which)
+
+            def fn() -> None:
+                definition = _new_definition(cls, env)
+                _chain(definition)
+                _dispose(definition)  # cuda.core: none; dropping the last reference destroys it
+
+            return Variant(fn)
+
+        return builder
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _graph_or_null("cuguard", graph_variant("cuguard")),
+        "cuda_core": _core_variant(env, graph_variant("cuda_core")),
+    }
+    return op
+
+
+def _graph_or_null(kind: str, builder: Callable[[], Variant]) -> Variant:
+    try:
+        _graph_definition_class("cuguard")
+    except LookupError as exc:
+        return Variant(reason=str(exc))
+    return _build(kind, builder)
+
+
+def op_graph_launch(env: Env) -> Operation:
+    D = env.D
+    op = Operation(
+        "graph_instantiate_launch_16",
+        f"instantiate a {GRAPH_NODES}-node chain, launch it, sync the stream, destroy the executable graph",
+    )
+
+    def raw() -> Variant:
+        graph = _chain_raw(D)
+        inst, launch, sync, destroy, hs = (
+            D.cuGraphInstantiate,
+            D.cuGraphLaunch,
+            D.cuStreamSynchronize,
+            D.cuGraphExecDestroy,
+            env.hstream,
+        )
+
+        def fn() -> None:
+            err, exe = inst(graph, 0)
+            if err:
+                _fail(err, "cuGraphInstantiate")
+            (err,) = launch(exe, hs)
+            if err:
+                _fail(err, "cuGraphLaunch")
+            (err,) = sync(hs)
+            if err:
+                _fail(err, "cuStreamSynchronize")
+            (err,) = destroy(exe)
+            if err:
+                _fail(err, "cuGraphExecDestroy")
+
+        return Variant(fn, cleanup=lambda: D.cuGraphDestroy(graph))
+
+    def graph_variant(which: str) -> Callable[[], Variant]:
+        def builder() -> Variant:
+            cls = _graph_definition_class(which)
+            definition = _new_definition(cls, env)
+            _chain(definition)
+            stream = env.stream if which == "cuguard" else env.cstream
+
+            def fn() -> None:
+                exe = definition.instantiate()
+                exe.launch(stream)
+                stream.sync()
+                exe.close()
+
+            return Variant(fn, cleanup=lambda: _dispose(definition))
+
+        return builder
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _graph_or_null("cuguard", graph_variant("cuguard")),
+        "cuda_core": _core_variant(env, graph_variant("cuda_core")),
+    }
+    return op
+
+
+PTX_TEMPLATE = ".version 7.8\n.target sm_{cc}\n.address_size 64\n\n.visible .entry empty()\n{{\n\tret;\n}}\n"
+
+
+def _kernel_image(env: Env) -> tuple[bytes, str]:
+    """An image holding ``empty``: a cubin from cuguard's NVRTC wrapper, or hand-written PTX."""
+    if env.kernel_image is not None:
+        return env.kernel_image, env.kernel_kind
+    major, minor = env.dev.compute_capability
+    try:
+        from cuguard.resources import Program
+
+        image = Program(KERNEL_SOURCE, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+        kind = "cubin"
+    except Exception as exc:  # noqa: BLE001 - NVRTC missing: fall back to PTX, noted in the JSON
+        env.kernel_note = f"NVRTC compile failed ({type(exc).__name__}: {exc}); used hand-written PTX"
+        image = PTX_TEMPLATE.format(cc=f"{major}{minor}").encode()
+        kind = "ptx"
+    env.kernel_image, env.kernel_kind = image, kind
+    return image, kind
+
+
+def op_launch(env: Env) -> Operation:
+    D, s = env.D, env.stream
+    op = Operation("kernel_launch_empty", "launch an empty kernel, grid 1, block 1, no arguments")
+
+    def raw() -> Variant:
+        image, _ = _kernel_image(env)
+        data = image if image.endswith(b"\x00") else image + b"\x00"
+        err, module = D.cuModuleLoadData(data)
+        if err:
+            _fail(err, "cuModuleLoadData")
+        err, func = D.cuModuleGetFunction(module, b"empty")
+        if err:
+            _fail(err, "cuModuleGetFunction")
+        launch, hs = D.cuLaunchKernel, env.hstream
+
+        def fn() -> None:
+            (err,) = launch(func, 1, 1, 1, 1, 1, 1, 0, hs, 0, 0)
+            if err:
+                _fail(err, "cuLaunchKernel")
+
+        def cleanup() -> None:
+            env.sync()
+            D.cuModuleUnload(module)
+
+        return Variant(fn, after=env.sync, cleanup=cleanup)
+
+    def guarded() -> Variant:
+        from cuguard.resources import LaunchConfig, launch
+
+        image, _ = _kernel_image(env)
+        module = env.dev.load_module(image)
+        kernel = module.get_kernel("empty")
+        config = LaunchConfig(grid=1, block=1)
+
+        def fn() -> None:
+            launch(s, config, kernel)
+
+        def cleanup() -> None:
+            env.sync()
+            module.close()
+
+        return Variant(fn, after=env.sync, cleanup=cleanup)
+
+    def core() -> Variant:
+        core_mod = env.need_core()
+        image, kind = _kernel_image(env)
+        load = core_mod.ObjectCode.from_cubin if kind == "cubin" else core_mod.ObjectCode.from_ptx
+        code = load(image)
+        kernel = code.get_kernel("empty")
+        config = core_mod.LaunchConfig(grid=1, block=1)
+        launch, cs = core_mod.launch, env.cstream
+
+        def fn() -> None:
+            launch(cs, config, kernel)
+
+        return Variant(fn, after=env.csync)
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": _core_variant(env, core),
+    }
+    return op
+
+
+def op_cheap_call(env: Env) -> Operation:
+    D = env.D
+    op = Operation("cheap_call_ctx_get_current", "one cuCtxGetCurrent with its status check: the price of the seam")
+
+    def raw() -> Variant:
+        get = D.cuCtxGetCurrent
+
+        def fn() -> None:
+            err, _ = get()
+            if err:
+                _fail(err, "cuCtxGetCurrent")
+
+        return Variant(fn)
+
+    def guarded() -> Variant:
+        from cuguard.errors import driver, raise_status
+
+        def fn() -> None:
+            err, _ = driver.cuCtxGetCurrent()
+            if err:
+                raise_status(err, "cuCtxGetCurrent")
+
+        return Variant(fn)
+
+    op.variants = {
+        "raw": _build("raw", raw),
+        "cuguard": _build("cuguard", guarded),
+        "cuda_core": Variant(reason="cuda.core has no public call that is only cuCtxGetCurrent"),
+    }
+    return op
+
+
+BUILDERS = [
+    op_stream,
+    op_event,
+    op_event_record_query,
+    op_alloc,
+    op_pinned,
+    op_h2d,
+    op_switch,
+    op_graph_build,
+    op_graph_launch,
+    op_launch,
+    op_cheap_call,
+]
+
+
+# --- timing -----------------------------------------------------------------------------
+
+
+def _batch(fn: Callable[[], object], n: int) -> int:
+    loop = itertools.repeat(None, n)
+    start = time.perf_counter_ns()
+    for _ in loop:
+        fn()
+    return time.perf_counter_ns() - start
+
+
+def _calibrate(variant: Variant, target_ns: int) -> int:
+    """Warm up and find the iteration count for a batch of about ``target_ns``."""
+    assert variant.fn is not None
+    n = 1
+    while True:
+        gc.disable()
+        try:
+            elapsed = _batch(variant.fn, n)
+        finally:
+            gc.enable()
+        if variant.after is not None:
+            variant.after()
+        if elapsed >= target_ns or n >= 10_000_000:
+            break
+        n = max(n * 2, int(n * target_ns / max(elapsed, 1) * 1.1))
+    # One more batch at the final size, discarded: the warm-up.
+    gc.disable()
+    try:
+        _batch(variant.fn, n)
+    finally:
+        gc.enable()
+    if variant.after is not None:
+        variant.after()
+    return n
+
+
+def measure(op: Operation, repeats: int, target_ns: int) -> dict[str, Any]:
+    live = {k: v for k, v in op.variants.items() if v.fn is not None}
+    samples: dict[str, list[float]] = {k: [] for k in live}
+    counts: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    if op.setup is not None:
+        op.setup()
+    try:
+        for kind, variant in list(live.items()):
+            try:
+                counts[kind] = _calibrate(variant, target_ns)
+            except Exception as exc:  # noqa: BLE001 - recorded, the variant is dropped
+                errors[kind] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
+                del live[kind]
+        for _ in range(repeats):
+            for kind, variant in list(live.items()):
+                assert variant.fn is not None
+                gc.collect()
+                gc.disable()
+                try:
+                    elapsed = _batch(variant.fn, counts[kind])
+                except Exception as exc:  # noqa: BLE001 - recorded, the variant is dropped
+                    errors[kind] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
+                    del live[kind]
+                    continue
+                finally:
+                    gc.enable()
+                if variant.after is not None:
+                    variant.after()
+                samples[kind].append(elapsed / counts[kind])
+    finally:
+        if op.teardown is not None:
+            op.teardown()
+        for variant in op.variants.values():
+            if variant.cleanup is not None:
+                try:
+                    variant.cleanup()
+                except Exception as exc:  # noqa: BLE001 - cleanup of a benchmark fixture
+                    print(f"warning: cleanup of {op.name} failed: {exc}", file=sys.stderr)
+
+    result: dict[str, Any] = {"description": op.description}
+    for kind in KINDS:
+        values = samples.get(kind) or []
+        result[f"{kind}_ns"] = round(statistics.median(values), 1) if kind in live and values else None
+    raw = result["raw_ns"]
+    for kind in ("cuguard", "cuda_core"):
+        value = result[f"{kind}_ns"]
+        result[f"{kind}_ratio"] = round(value / raw, 3) if value is not None and raw else None
+    result["target_ratio"] = TARGETS.get(op.name)
+    result["iterations_per_repeat"] = counts
+    result["samples_ns"] = {k: [round(x, 1) for x in v] for k, v in samples.items() if v}
+    notes = {k: v.reason for k, v in op.variants.items() if v.reason}
+    notes.update({f"{k}_note": v.note for k, v in op.variants.items() if v.note and v.fn is not None})
+    notes.update({f"{k}_traceback": v.note for k, v in op.variants.items() if v.note and v.fn is None})
+    notes.update({f"{k}_error": msg for k, msg in errors.items()})
+    if notes:
+        result["notes"] = notes
+    return result
+
+
+def call_overhead_ns(repeats: int, target_ns: int) -> float:
+    """What the timing loop itself costs per call of an empty function (included in every figure)."""
+
+    def nothing() -> None:
+        return None
+
+    variant = Variant(nothing)
+    n = _calibrate(variant, target_ns)
+    return round(statistics.median(_batch(nothing, n) / n for _ in range(repeats)), 1)
+
+
+# --- profiling ----------------------------------------------------------------------------
+
+
+def profile(op: Operation, seconds: float = 0.3, top: int = 10) -> list[dict[str, Any]] | str:
+    variant = op.variants.get("cuguard")
+    if variant is None or variant.fn is None:
+        return "no cuguard variant"
+    fn = variant.fn
+    if op.setup is not None:
+        op.setup()
+    try:
+        n = 1
+        while True:
+            start = time.perf_counter()
+            _batch(fn, n)
+            if variant.after is not None:
+                variant.after()
+            if time.perf_counter() - start > seconds / 4 or n > 1_000_000:
+                break
+            n *= 2
+        n *= 4
+        profiler = cProfile.Profile()
+        profiler.enable()
+        _batch(fn, n)
+        profiler.disable()
+        if variant.after is not None:
+            variant.after()
+    finally:
+        if op.teardown is not None:
+            op.teardown()
+    stats = pstats.Stats(profiler, stream=io.StringIO())
+    rows = []
+    for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if filename == __file__ or ncalls == 0 or name.startswith("<method 'disable'"):
+            continue
+        short = filename
+        for marker in ("/src/", "site-packages/"):
+            if marker in filename:
+                short = filename.split(marker, 1)[1]
+                break
+        rows.append(
+            {
+                "function": f"{short}:{line}({name})",
+                "calls_per_op": round(ncalls / n, 2),
+                "tottime_ns_per_op": round(tottime / n * 1e9, 1),
+                "cumtime_ns_per_op": round(cumtime / n * 1e9, 1),
+            }
+        )
+    rows.sort(key=lambda r: -r["tottime_ns_per_op"])
+    return rows[:top]
+
+
+# --- machine and versions -------------------------------------------------------------------
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def describe(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    D = env.D
+    machine: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+    with contextlib.suppress(Exception):
+        machine["gpu"] = env.dev.name
+    with contextlib.suppress(Exception):
+        machine["compute_capability"] = ".".join(map(str, env.dev.compute_capability))
+    with contextlib.suppress(Exception):
+        err, version = D.cuDriverGetVersion()
+        if not err:
+            machine["cuda_driver_version"] = f"{int(version) // 1000}.{int(version) % 1000 // 10}"
+            machine["cuda_driver_version_int"] = int(version)
+    if not env.simulated:
+        with contextlib.suppress(Exception):
+            import subprocess
+
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            ).stdout.strip()
+            if out:
+                machine["nvidia_smi"] = out.splitlines()[0]
+    import cuda.bindings
+
+    versions: dict[str, Any] = {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "cuda_bindings": getattr(cuda.bindings, "__version__", None) or _dist_version("cuda-bindings"),
+        "cuda_core": None,
+        "numpy": _dist_version("numpy"),
+        "cuguard": {},
+    }
+    if env.core is not None:
+        versions["cuda_core"] = getattr(env.core, "__version__", None) or _dist_version("cuda-core")
+    for layer in ("errors", "context", "resources", "graphs", "testing"):
+        with contextlib.suppress(Exception):
+            module = __import__(f"cuguard.{layer}", fromlist=["__version__"])
+            versions["cuguard"][layer] = getattr(module, "__version__", "?")
+    with contextlib.suppress(Exception):
+        import subprocess
+
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        if commit:
+            versions["cuguard_commit"] = commit
+    return machine, versions
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def table(results: dict[str, Any], simulated: bool) -> str:
+    header = ("operation", "raw ns", "cuguard ns", "cuguard x", "target x", "cuda.core ns", "cuda.core x", "met")
+    rows = [header]
+    for name, r in results.items():
+        target = r.get("target_ratio")
+        ratio = r.get("cuguard_ratio")
+        core_ratio = r.get("cuda_core_ratio")
+        bounds = [b for b in (target, core_ratio) if b is not None]
+        met = "-" if ratio is None or not bounds else ("yes" if ratio <= min(bounds) else "NO")
+        rows.append(
+            (
+                name,
+                _fmt(r.get("raw_ns")),
+                _fmt(r.get("cuguard_ns")),
+                _fmt(ratio, 2),
+                _fmt(target, 2),
+                _fmt(r.get("cuda_core_ns")),
+                _fmt(core_ratio, 2),
+                met,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(widths[i]) for i, cell in enumerate(row) if i]
+        lines.append("  ".join(cells))
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if simulated:
+        lines.append("SIMULATED DRIVER: relative figures for comparing commits, not GPU numbers.")
+    lines.append("met: cuguard x <= min(target x, cuda.core x) where either exists")
+    return "\n".join(lines)
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _driver(kind: str) -> Iterator[Any]:
+    if kind == "real":
+        from cuguard.errors import real_driver
+
+        yield real_driver()
+        return
+    try:
+        from cuguard.testing import simulated_driver
+    except ImportError as exc:
+        raise SystemExit(f"--driver sim: cuguard.testing.simulated_driver is not importable ({exc})") from None
+    with simulated_driver() as sim:
+        yield sim
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--driver", choices=("real", "sim"), default="real")
+    parser.add_argument("--quick", action="store_true", help="7 repeats of ~8 ms batches instead of 15 of ~25 ms")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--target-ms", type=float, default=None, help="duration of one timed batch")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")
+    parser.add_argument("--ops", default="", help="comma-separated operation names (default: all)")
+    parser.add_argument("--profile", action="store_true", help="also cProfile the cuguard side of each operation")
+    args = parser.parse_args(argv)
+
+    repeats = args.repeats or (7 if args.quick else 15)
+    if repeats < 7:
+        parser.error("--repeats must be 7 or more (the median of at least 7 repeats)")
+    target_ns = int((args.target_ms or (8.0 if args.quick else 25.0)) * 1e6)
+    simulated = args.driver == "sim"
+    wanted = {name.strip() for name in args.ops.split(",") if name.strip()}
+
+    started = datetime.datetime.now(datetime.UTC)
+    with _driver(args.driver) as raw:
+        env = Env(raw, simulated)
+        machine, versions = describe(env)
+        overhead = call_overhead_ns(repeats, target_ns)
+        results: dict[str, Any] = {}
+        profiles: dict[str, Any] = {}
+        for builder in BUILDERS:
+            try:
+                op = builder(env)
+            except Exception as exc:  # noqa: BLE001 - one broken operation must not hide the others
+                name = builder.__name__.removeprefix("op_")
+                results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+                print(f"{name}: setup failed: {exc}", file=sys.stderr)
+                continue
+            if wanted and op.name not in wanted:
+                for variant in op.variants.values():
+                    if variant.cleanup is not None:
+                        with contextlib.suppress(Exception):
+                            variant.cleanup()
+                continue
+            print(f"measuring {op.name} ...", file=sys.stderr, flush=True)
+            if args.profile:
+                try:
+                    profiles[op.name] = profile(op)
+                except Exception as exc:  # noqa: BLE001 - profiling is best effort
+                    profiles[op.name] = f"{type(exc).__name__}: {exc}"
+            results[op.name] = measure(op, repeats, target_ns)
+        if env.kernel_note:
+            machine["kernel_image_note"] = env.kernel_note
+        env.close()
+
+    report: dict[str, Any] = {
+        "benchmark": "cuguard overhead (issue 8)",
+        "date": started.isoformat(timespec="seconds"),
+        "simulated": simulated,
+        "driver": "simulated (cuguard.testing)" if simulated else "real",
+        "machine": machine,
+        "versions": versions,
+        "method": {
+            "statistic": "median ns/op over repeats",
+            "repeats": repeats,
+            "target_batch_ms": target_ns / 1e6,
+            "interleaved": True,
+            "gc_during_batches": "disabled",
+            "call_overhead_ns": overhead,
+            "call_overhead_note": "per-op cost of the timing loop calling an empty function; included in every figure",
+            "kernel_image": env.kernel_kind or None,
+        },
+        "targets": TARGETS,
+        "operations": results,
+    }
+    if profiles:
+        report["profile_cuguard"] = profiles
+    out = args.out
+    if out is None:
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        out = RESULTS / f"overhead-{'sim' if simulated else 'gpu'}-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    if profiles:
+        for name, rows in profiles.items():
+            print(f"\nprofile (cuguard) {name}:")
+            if isinstance(rows, str):
+                print(f"  {rows}")
+                continue
+            for row in rows:
+                print(
+                    f"  {row['tottime_ns_per_op']:>9,.0f} ns tot {row['cumtime_ns_per_op']:>9,.0f} ns cum "
+                    f"{row['calls_per_op']:>5} calls  {row['function']}"
+                )
+    print()
+    print(f"wrote {out}")
+    print(
+        f"machine: {machine.get('gpu', '?')}, driver {machine.get('cuda_driver_version', '?')}; versions: "
+        f"python {versions['python']}, cuda-bindings {versions['cuda_bindings']}, cuda-core {versions['cuda_core']}"
+    )
+    print(table(results, simulated))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
