@@ -242,6 +242,7 @@ def test_nothing_is_retried(two: tuple[Context, Context]) -> None:
     restores = [c for c in log if c.restore]
     assert len(restores) == 1
     assert _switches(log) == ["cuCtxSetCurrent", "cuCtxSetCurrent"]
+    b.set_current()
     with record_calls() as log, inject("cuCtxSetCurrent", INVALID_CONTEXT, every=True), pytest.raises(CUDAError):
         call_in(a, lambda: None, None)
     assert _switches(log) == ["cuCtxSetCurrent"]
@@ -261,7 +262,7 @@ def test_create_failure_creates_nothing(two: tuple[Context, Context]) -> None:
 def test_create_with_failed_restore_destroys_the_new_context(two: tuple[Context, Context]) -> None:
     a, _ = two
     a.set_current()
-    with leak_check(), restore_fault(INVALID_CONTEXT), pytest.raises(CUDAError, match="could not be restored"):
+    with leak_check(), inject("cuCtxPopCurrent", INVALID_CONTEXT), pytest.raises(CUDAError, match="could not be restored"):
         Context.create(0)
     # The destroyed context was current: the thread is left with none, and says so.
     assert Context.current() is None

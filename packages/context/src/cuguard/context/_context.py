@@ -18,6 +18,7 @@ from cuguard.errors import (
     ResourceClosedError,
     add_failure_note,
     driver,
+    driver_token,
     format_handle,
     raise_status,
     report,
@@ -66,13 +67,14 @@ class Context:
     crash the process.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_device", "_handle", "_int", "_kind")
+    __slots__ = ("__weakref__", "_closed", "_device", "_driver", "_handle", "_int", "_kind")
 
     _handle: Any
     _int: int
     _device: int | None
     _kind: str  # "primary", "created" or "foreign"
     _closed: bool
+    _driver: Any  # the driver_token() the context was made under
 
     def __init__(self) -> None:
         raise TypeError("use Context.primary(), Context.create(), Context.wrap() or Context.current()")
@@ -85,6 +87,7 @@ class Context:
         self._device = device
         self._kind = kind
         self._closed = False
+        self._driver = driver_token()
         return self
 
     @classmethod
@@ -109,9 +112,11 @@ class Context:
     def create(cls, ordinal: int, flags: int = 0) -> Context:
         """Create a new context on device ``ordinal``, owned by the returned object.
 
-        The driver makes a new context current; this call puts the caller's
-        context back (G2). If that restore fails, the new context is destroyed
-        and :class:`~cuguard.errors.CUDAError` is raised (C2). Raises
+        The driver pushes the new context on the thread's context stack; this
+        call pops it again, so the caller's context (and stack) is as before
+        (G2). If that pop fails, the new context is destroyed and
+        :class:`~cuguard.errors.CUDAError` is raised (C2); as the destroyed
+        context was current, none is current then. Raises
         ``CUDAError`` when creation fails; nothing is created then.
         """
         ordinal = _ordinal(ordinal)
@@ -119,15 +124,19 @@ class Context:
         err, dev = driver.cuDeviceGet(ordinal)
         if err:
             raise_status(err, "cuDeviceGet")
-        err, previous = driver.cuCtxGetCurrent()
-        if err:
-            raise_status(err, "cuCtxGetCurrent")
         err, handle = _ctx_create(flags, dev)
         if err:
             raise_status(err, "cuCtxCreate")
-        (err,) = driver.cuguardRestoreContext(previous)
+        # cuCtxCreate pushed the new context on the thread's context stack:
+        # popping it restores the stack, and so the caller's context, exactly.
+        err, _ = driver.cuCtxPopCurrent()
         if err:
-            error = _restore_error(err, previous)
+            error = CUDAError(
+                err,
+                "cuCtxPopCurrent",
+                "the caller's context could not be restored after creating a context; the new context was "
+                "destroyed, so no context is current now; call set_current() on the context you want",
+            )
             (derr,) = driver.cuCtxDestroy(handle)
             if derr:
                 add_failure_note(error, derr, "cuCtxDestroy", handle)
@@ -149,8 +158,10 @@ class Context:
     def current() -> Context | None:
         """The calling thread's current context (a non-owning wrapper), or ``None``.
 
-        Raises :class:`~cuguard.errors.CUDAError` if the driver cannot say.
+        Initializes the driver if needed. Raises :class:`~cuguard.errors.CUDAError`
+        if the driver cannot say.
         """
+        init_driver()
         err, handle = driver.cuCtxGetCurrent()
         if err:
             raise_status(err, "cuCtxGetCurrent")
@@ -243,8 +254,19 @@ class Context:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def stale(self) -> bool:
+        """Whether the driver this context was made under is no longer installed."""
+        return self._driver is not driver_token()
+
     def __del__(self) -> None:
         if self._closed or self._kind == "foreign" or sys.is_finalizing():
+            return
+        if self._driver is not driver_token():
+            # Its driver was uninstalled (a simulator of an earlier test): the
+            # driver that owned it is gone, so there is nothing to release, and
+            # releasing into the driver now installed would hit a stranger.
+            self._closed = True
             return
         self._closed = True
         try:

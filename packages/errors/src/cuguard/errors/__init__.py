@@ -10,7 +10,7 @@ Public surface:
 - helpers used by every layer: :func:`check`, :func:`raise_status`,
   :func:`add_failure_note`, :func:`report`, :func:`report_error`,
   :func:`call_unraisable`, :func:`internal_error`, :func:`format_handle`;
-- the driver seam: :data:`driver`, :func:`use_driver`, :func:`install_driver`,
+- the driver seam: :data:`driver`, :func:`use_driver`, :func:`driver_token`, :func:`install_driver`,
   :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`.
 """
 
@@ -35,6 +35,7 @@ from cuguard.errors._seam import RESTORE_CONTEXT as RESTORE_CONTEXT
 from cuguard.errors._seam import DriverSeam as DriverSeam
 from cuguard.errors._seam import active_driver as active_driver
 from cuguard.errors._seam import driver as driver
+from cuguard.errors._seam import driver_token as driver_token
 from cuguard.errors._seam import install_driver as install_driver
 from cuguard.errors._seam import real_driver as real_driver
 from cuguard.errors._seam import use_driver as use_driver
@@ -56,6 +57,7 @@ __all__ = [
     "call_unraisable",
     "check",
     "driver",
+    "driver_token",
     "error_description",
     "error_name",
     "format_handle",

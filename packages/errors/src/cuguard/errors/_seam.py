@@ -29,6 +29,7 @@ __all__ = [
     "DriverSeam",
     "active_driver",
     "driver",
+    "driver_token",
     "install_driver",
     "real_driver",
     "use_driver",
@@ -43,6 +44,8 @@ RESTORE_CONTEXT = "cuguardRestoreContext"
 _lock = threading.Lock()
 _active: Any = None
 _real: Any = None
+_REAL_TOKEN = object()
+_token: Any = _REAL_TOKEN
 
 
 def real_driver() -> Any:
@@ -108,12 +111,28 @@ def install_driver(new: Any) -> Any:
 
     Prefer :func:`use_driver`, which restores the previous driver on exit.
     """
-    global _active
+    global _active, _token
     with _lock:
         previous = _active
         _active = new
+        base = new
+        while base is not None and getattr(base, "wrapped_driver", None) is not None:
+            base = base.wrapped_driver
+        _token = _REAL_TOKEN if base is None else base
         driver.__dict__.clear()
     return previous
+
+
+def driver_token() -> Any:
+    """Identifies the driver behind the seam, looking through wrappers.
+
+    A wrapper (such as a fault-injecting proxy) names the driver it wraps in a
+    ``wrapped_driver`` attribute, so installing or removing it keeps the
+    token. Objects record the token at creation: one whose token is no longer
+    current belongs to a driver that was uninstalled (a simulator of an earlier
+    test), and must not be released into the driver now installed.
+    """
+    return _token
 
 
 @contextmanager

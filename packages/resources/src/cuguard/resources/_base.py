@@ -107,7 +107,8 @@ class Resource:
         if getattr(self, "_closed", True) or sys.is_finalizing():
             return
         self._closed = True
-        if not self._owned:
+        if not self._owned or self._context.stale:
+            # A resource of an uninstalled driver has nothing left to release.
             return
         if self._context._closed:
             report_error(

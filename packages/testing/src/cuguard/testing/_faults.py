@@ -187,11 +187,16 @@ class FaultProxy:
     def __repr__(self) -> str:
         return f"<FaultProxy over {self.inner!r}>"
 
+    @property
+    def wrapped_driver(self) -> Any:
+        """The driver this proxy forwards to (see :func:`cuguard.errors.driver_token`)."""
+        return self.inner
+
     def _refresh(self) -> None:
         self._busy = bool(self.plans or self.recorders)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
+        if name.startswith("_") or name == "wrapped_driver":
             raise AttributeError(name)
         restore = name == RESTORE_CONTEXT
         fn = getattr(self.inner, name, None)

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -134,11 +135,15 @@ def sim(request: pytest.FixtureRequest) -> Iterator[SimulatedDriver]:
     With the ``leak_check`` marker, the test fails if it leaves anything behind.
     """
     with simulated_driver(devices=2) as driver:
-        if _leak_check_wanted(request):
-            with nothing_left_behind(driver):
+        try:
+            if _leak_check_wanted(request):
+                with nothing_left_behind(driver):
+                    yield driver
+            else:
                 yield driver
-        else:
-            yield driver
+        finally:
+            # Release what the test dropped while its driver is still installed.
+            gc.collect()
 
 
 @pytest.fixture

@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Differential check: the simulated driver against the real one.
+
+Each scenario is a short script of driver-level calls, including failing ones,
+written against the ``cuda.bindings.driver`` interface. It runs once on a fresh
+simulated driver and once on the real driver, and returns its observations
+(status names, handle relations, bytes read back). The two lists must be equal;
+a disagreement is a bug in the simulator.
+
+Usage: differential.py [--json FILE] [--sim-only]
+With --sim-only (no GPU) the scenarios only run on the simulator, which checks
+that they run at all. Exit status 1 when any scenario disagrees or breaks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for src in sorted((ROOT / "packages").glob("*/src")):
+    if str(src) not in sys.path:
+        sys.path.insert(0, str(src))
+
+from cuda.bindings import driver as B  # noqa: E402
+
+from cuguard.testing import SimulatedDriver  # noqa: E402
+
+R = B.CUresult
+Obs = list[Any]
+SCENARIOS: dict[str, Callable[[Any], Obs]] = {}
+
+PTX = b"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry empty() { ret; }
+\x00"""
+
+
+def scenario(fn: Callable[[Any], Obs]) -> Callable[[Any], Obs]:
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+def name(status: Any) -> str:
+    return R(int(status)).name
+
+
+def ok(result: Any) -> Any:
+    """The value of a successful call (raises on failure so the scenario stops)."""
+    if int(result[0]):
+        raise RuntimeError(f"unexpected {name(result[0])}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+class Ctx:
+    """A created context on device 0, destroyed on exit; the thread ends with none current."""
+
+    def __init__(self, d: Any) -> None:
+        self.d = d
+
+    def __enter__(self) -> Any:
+        self.ctx = ok(self.d.cuCtxCreate(None, 0, ok(self.d.cuDeviceGet(0))))
+        return self.ctx
+
+    def __exit__(self, *exc: object) -> None:
+        self.d.cuCtxSetCurrent(B.CUcontext(0))
+        self.d.cuCtxDestroy(self.ctx)
+        self.d.cuCtxSetCurrent(B.CUcontext(0))
+
+
+@scenario
+def fresh_thread_has_no_context(d: Any) -> Obs:
+    out: Obs = []
+
+    def body() -> None:
+        err, ctx = d.cuCtxGetCurrent()
+        out.extend([name(err), int(ctx)])
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    return out
+
+
+@scenario
+def set_null_and_pop_empty(d: Any) -> Obs:
+    return [name(d.cuCtxSetCurrent(B.CUcontext(0))[0]), name(d.cuCtxPopCurrent()[0]), int(ok(d.cuCtxGetCurrent()))]
+
+
+@scenario
+def stream_without_context(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    return [name(d.cuStreamCreate(0)[0])]
+
+
+@scenario
+def create_is_current_destroy_leaves_null(d: Any) -> Obs:
+    ctx = ok(d.cuCtxCreate(None, 0, ok(d.cuDeviceGet(0))))
+    current = int(ok(d.cuCtxGetCurrent())) == int(ctx)
+    first = name(d.cuCtxDestroy(ctx)[0])
+    return [current, first, int(ok(d.cuCtxGetCurrent()))]
+
+
+@scenario
+def primary_retain_twice(d: Any) -> Obs:
+    dev = ok(d.cuDeviceGet(0))
+    a = ok(d.cuDevicePrimaryCtxRetain(dev))
+    b = ok(d.cuDevicePrimaryCtxRetain(dev))
+    out = [int(a) == int(b), name(d.cuDevicePrimaryCtxRelease(dev)[0]), name(d.cuDevicePrimaryCtxRelease(dev)[0])]
+    return out
+
+
+@scenario
+def stream_destroy_from_elsewhere(d: Any) -> Obs:
+    with Ctx(d) as a:
+        s1 = ok(d.cuStreamCreate(0))
+        s2 = ok(d.cuStreamCreate(1))
+        flags = int(ok(d.cuStreamGetFlags(s2)))
+        same = int(ok(d.cuStreamGetCtx(s1))) == int(a)
+        with Ctx(d):
+            other = name(d.cuStreamDestroy(s1)[0])
+        d.cuCtxSetCurrent(B.CUcontext(0))
+        none = name(d.cuStreamDestroy(s2)[0])
+    return [flags, same, other, none]
+
+
+@scenario
+def event_record_cross_context(d: Any) -> Obs:
+    with Ctx(d) as a:
+        ev = ok(d.cuEventCreate(0))
+        with Ctx(d):
+            s = ok(d.cuStreamCreate(0))
+            status = name(d.cuEventRecord(ev, s)[0])
+            d.cuStreamDestroy(s)
+        d.cuCtxSetCurrent(a)
+        d.cuEventDestroy(ev)
+    return [status]
+
+
+@scenario
+def event_elapsed_cases(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        e1, e2 = ok(d.cuEventCreate(0)), ok(d.cuEventCreate(0))
+        quiet = ok(d.cuEventCreate(2))
+        out = [name(d.cuEventElapsedTime(e1, e2)[0]), name(d.cuEventQuery(e1)[0])]
+        d.cuEventRecord(e1, s)
+        d.cuEventRecord(e2, s)
+        d.cuEventRecord(quiet, s)
+        d.cuEventSynchronize(e2)
+        out += [name(d.cuEventElapsedTime(e1, e2)[0]), name(d.cuEventElapsedTime(e1, quiet)[0])]
+        for e in (e1, e2, quiet):
+            d.cuEventDestroy(e)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def mem_alloc_cases(d: Any) -> Obs:
+    with Ctx(d):
+        out = [name(d.cuMemAlloc(0)[0]), name(d.cuMemAlloc(1 << 50)[0])]
+        p = ok(d.cuMemAlloc(64))
+        out += [name(d.cuMemFree(p)[0]), name(d.cuMemFree(p)[0])]
+    return out
+
+
+@scenario
+def mem_async_cases(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        err0, _ = d.cuMemAllocAsync(0, s)
+        out = [name(err0), name(d.cuMemAllocAsync(1 << 50, s)[0])]
+        p = ok(d.cuMemAllocAsync(64, s))
+        with Ctx(d):
+            s2 = ok(d.cuStreamCreate(0))
+            out.append(name(d.cuMemFreeAsync(p, s2)[0]))
+            d.cuStreamSynchronize(s2)
+            d.cuStreamDestroy(s2)
+        d.cuStreamSynchronize(s)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def memcpy_round_trip_and_freed(d: Any) -> Obs:
+    with Ctx(d):
+        p = ok(d.cuMemAlloc(16))
+        src = bytes(range(16))
+        d.cuMemcpyHtoD(p, src, 16)
+        d.cuMemsetD8(p, 7, 4)
+        back = bytearray(16)
+        d.cuMemcpyDtoH(back, p, 16)
+        d.cuMemFree(p)
+        freed = name(d.cuMemcpyHtoD(p, src, 16)[0])
+    return [bytes(back).hex(), freed]
+
+
+@scenario
+def pinned_memory_round_trip(d: Any) -> Obs:
+    with Ctx(d):
+        host = ok(d.cuMemHostAlloc(32, 0))
+        ctypes.memmove(int(host), bytes(range(32)), 32)
+        p = ok(d.cuMemAlloc(32))
+        s = ok(d.cuStreamCreate(0))
+        d.cuMemcpyHtoDAsync(p, host, 32, s)
+        back = bytearray(32)
+        d.cuMemcpyDtoHAsync(back, p, 32, s)
+        d.cuStreamSynchronize(s)
+        out = [bytes(back) == bytes(range(32)), name(d.cuStreamQuery(s)[0])]
+        d.cuStreamDestroy(s)
+        d.cuMemFree(p)
+        out.append(name(d.cuMemFreeHost(host)[0]))
+    return out
+
+
+def _graph_with(d: Any, n: int) -> tuple[Any, list[Any]]:
+    g = ok(d.cuGraphCreate(0))
+    return g, [ok(d.cuGraphAddEmptyNode(g, None, 0)) for _ in range(n)]
+
+
+def _edges(d: Any, g: Any) -> int:
+    return int(d.cuGraphGetEdges(g, 0)[-1])
+
+
+@scenario
+def graph_edge_cases(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    g, (a, b, c) = _graph_with(d, 3)
+    h, (x,) = _graph_with(d, 1)
+    out = [
+        name(d.cuGraphAddDependencies(g, [a], [b], None, 1)[0]),
+        name(d.cuGraphAddDependencies(g, [a], [b], None, 1)[0]),
+        name(d.cuGraphRemoveDependencies(g, [b], [c], None, 1)[0]),
+        name(d.cuGraphAddDependencies(g, [a], [x], None, 1)[0]),
+        name(d.cuGraphAddDependencies(g, [a], [a], None, 1)[0]),
+        name(d.cuGraphAddDependencies(g, [b], [a], None, 1)[0]),
+        _edges(d, g),
+    ]
+    with Ctx(d):
+        err, _ = d.cuGraphInstantiate(g, 0)
+        out.append(name(err))
+    out += [name(d.cuGraphDestroy(g)[0]), name(d.cuGraphDestroy(h)[0])]
+    return out
+
+
+@scenario
+def graph_bulk_edges_are_not_atomic(d: Any) -> Obs:
+    g, (a, b, c, e) = _graph_with(d, 4)
+    d.cuGraphAddDependencies(g, [a], [c], None, 1)
+    before = _edges(d, g)
+    added = name(d.cuGraphAddDependencies(g, [a, a, b], [b, c, e], None, 3)[0])
+    after_add = _edges(d, g)
+    removed = name(d.cuGraphRemoveDependencies(g, [a, b], [b, c], None, 2)[0])
+    after_remove = _edges(d, g)
+    nodes = int(d.cuGraphGetNodes(g, 0)[-1])
+    roots = int(d.cuGraphGetRootNodes(g, 0)[-1])
+    d.cuGraphDestroy(g)
+    return [before, added, after_add, removed, after_remove, nodes, roots]
+
+
+@scenario
+def graph_exec_outlives_graph(d: Any) -> Obs:
+    with Ctx(d):
+        g, nodes = _graph_with(d, 2)
+        d.cuGraphAddDependencies(g, [nodes[0]], [nodes[1]], None, 1)
+        clone = ok(d.cuGraphClone(g))
+        exe = ok(d.cuGraphInstantiate(g, 0))
+        s = ok(d.cuStreamCreate(0))
+        out = [name(d.cuGraphDestroy(g)[0]), name(d.cuGraphLaunch(exe, s)[0]), name(d.cuStreamSynchronize(s)[0])]
+        out.append(int(d.cuGraphGetNodes(clone, 0)[-1]))
+        out.append(name(d.cuGraphExecDestroy(exe)[0]))
+        d.cuGraphDestroy(clone)
+        d.cuStreamDestroy(s)
+    return out
+
+
+_HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@scenario
+def host_func_runs_on_another_thread(d: Any) -> Obs:
+    seen: list[bool] = []
+    me = threading.get_ident()
+    thunk = _HOSTFN(lambda _p: seen.append(threading.get_ident() != me))
+    address = ctypes.cast(thunk, ctypes.c_void_p).value
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        status = name(d.cuLaunchHostFunc(s, B.CUhostFn(address), 0)[0])
+        d.cuStreamSynchronize(s)
+        d.cuStreamDestroy(s)
+    return [status, seen]
+
+
+@scenario
+def user_object_destructor_timing(d: Any) -> Obs:
+    calls: list[str] = []
+    thunk = _HOSTFN(lambda _p: calls.append("destroyed"))
+    address = ctypes.cast(thunk, ctypes.c_void_p).value
+    with Ctx(d):
+        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(address), 1, 1))
+        g, _ = _graph_with(d, 1)
+        d.cuGraphRetainUserObject(g, obj, 1, 1)  # move our reference into the graph
+        exe = ok(d.cuGraphInstantiate(g, 0))
+        d.cuGraphDestroy(g)
+        after_graph = len(calls)
+        d.cuGraphExecDestroy(exe)
+        d.cuCtxSynchronize()
+        after_exec = len(calls)
+    return [after_graph, after_exec]
+
+
+@scenario
+def module_cases(d: Any) -> Obs:
+    with Ctx(d):
+        garbage = name(d.cuModuleLoadData(b"\x7fELF garbage\x00")[0])
+        mod = ok(d.cuModuleLoadData(PTX))
+        missing = name(d.cuModuleGetFunction(mod, b"nope")[0])
+        fn = ok(d.cuModuleGetFunction(mod, b"empty"))
+        s = ok(d.cuStreamCreate(0))
+        launched = name(d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, 0, 0)[0])
+        synced = name(d.cuStreamSynchronize(s)[0])
+        d.cuStreamDestroy(s)
+        unloaded = name(d.cuModuleUnload(mod)[0])
+    return [garbage, missing, launched, synced, unloaded]
+
+
+@scenario
+def devices_and_errors(d: Any) -> Obs:
+    dev = ok(d.cuDeviceGet(0))
+    major = int(ok(d.cuDeviceGetAttribute(B.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)))
+    err, text = d.cuGetErrorString(R.CUDA_ERROR_OUT_OF_MEMORY)
+    err2, ename = d.cuGetErrorName(R.CUDA_ERROR_INVALID_CONTEXT)
+    bad = name(d.cuDeviceGet(4096)[0])
+    return [major >= 9, name(err), bytes(text).decode() if not isinstance(text, str) else text, name(err2), bytes(ename).decode() if not isinstance(ename, str) else ename, bad]
+
+
+@scenario
+def graph_without_context(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    err, g = d.cuGraphCreate(0)
+    out = [name(err)]
+    out.append(name(d.cuGraphDestroy(g)[0]))
+    return out
+
+
+def run_all(driver: Any) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for key, fn in SCENARIOS.items():
+        try:
+            results[key] = fn(driver)
+        except Exception as exc:  # noqa: BLE001 - reported as a broken scenario
+            results[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--sim-only", action="store_true")
+    args = parser.parse_args()
+
+    sim = SimulatedDriver(devices=1)
+    sim.cuInit(0)
+    sim_results = run_all(sim)
+    real_results: dict[str, Any] | None = None
+    if not args.sim_only:
+        B.cuInit(0)
+        real_results = run_all(B)
+    rows = []
+    agree = 0
+    for key in SCENARIOS:
+        s = sim_results[key]
+        r = real_results[key] if real_results is not None else s
+        same = s == r and not (isinstance(s, dict) and "error" in s)
+        agree += same
+        rows.append({"scenario": key, "sim": s, "real": r, "agree": same})
+        if not same:
+            print(f"DISAGREE {key}\n  sim:  {s}\n  real: {r}")
+    mode = "simulator only" if args.sim_only else "simulator vs real driver"
+    print(f"differential ({mode}): {len(SCENARIOS)} scenarios, {agree} agreed, {len(SCENARIOS) - agree} disagreed")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    return 0 if agree == len(SCENARIOS) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
