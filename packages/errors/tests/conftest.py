@@ -25,7 +25,8 @@ _SRC = Path(cuguard.errors.__file__).resolve().parents[2]
 
 def pytest_configure(config: pytest.Config) -> None:
     registered = any(line.split("(")[0].split(":")[0].strip() == "contract" for line in config.getini("markers"))
-    if not registered and not config.pluginmanager.has_plugin("cuguard"):
+    plugin_loaded = any(config.pluginmanager.has_plugin(name) for name in ("cuguard", "cuguard.testing.plugin"))
+    if not registered and not plugin_loaded:
         config.addinivalue_line("markers", "contract(*ids): the contract clauses (E1..B5) this test proves")
 
 
