@@ -920,11 +920,12 @@ def measure(op: Operation, repeats: int, target_ns: int) -> dict[str, Any]:
                     print(f"warning: cleanup of {op.name} failed: {exc}", file=sys.stderr)
 
     result: dict[str, Any] = {"description": op.description}
-    for kind in KINDS:
+    kinds = list(dict.fromkeys([*KINDS, *op.variants]))
+    for kind in kinds:
         values = samples.get(kind) or []
         result[f"{kind}_ns"] = round(statistics.median(values), 1) if kind in live and values else None
     raw = result["raw_ns"]
-    for kind in ("cuguard", "cuda_core"):
+    for kind in kinds[1:]:
         value = result[f"{kind}_ns"]
         result[f"{kind}_ratio"] = round(value / raw, 3) if value is not None and raw else None
     result["target_ratio"] = TARGETS.get(op.name)
