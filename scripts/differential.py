@@ -111,6 +111,17 @@ def create_is_current_destroy_leaves_null(d: Any) -> Obs:
 
 
 @scenario
+def destroying_current_context_pops_it(d: Any) -> Obs:
+    dev = ok(d.cuDeviceGet(0))
+    a = ok(d.cuCtxCreate(None, 0, dev))
+    b = ok(d.cuCtxCreate(None, 0, dev))
+    out = [name(d.cuCtxDestroy(b)[0]), int(ok(d.cuCtxGetCurrent())) == int(a)]
+    out.append(name(d.cuCtxDestroy(a)[0]))
+    out.append(int(ok(d.cuCtxGetCurrent())))
+    return out
+
+
+@scenario
 def primary_retain_twice(d: Any) -> Obs:
     dev = ok(d.cuDeviceGet(0))
     a = ok(d.cuDevicePrimaryCtxRetain(dev))

@@ -159,10 +159,13 @@ class Device:
         return Module.load(self.context, image)
 
     def close(self) -> None:
-        """Drop this object's retain of the primary context (resources keep their own)."""
-        if self._context is not None:
-            context, self._context = self._context, None
-            context.close()
+        """Drop this object's reference to the primary context.
+
+        The retain is released once no resource of this device still holds the
+        context either (resources keep it alive, so it is never released
+        under them).
+        """
+        self._context = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Device) and other._ordinal == self._ordinal

@@ -226,11 +226,15 @@ def parse_ptx(text: bytes) -> dict[str, tuple[Any, ...] | None]:
 
 
 def parse_elf_functions(image: bytes) -> dict[str, tuple[Any, ...] | None]:
-    """Names of the global function symbols of an ELF64 image (a cubin); empty if unreadable."""
+    """Names of the global function symbols of an ELF64 image (a cubin).
+
+    Raises ``ValueError`` when the image is not a readable ELF64 file (the real
+    driver answers ``CUDA_ERROR_INVALID_IMAGE`` for such bytes).
+    """
     out: dict[str, tuple[Any, ...] | None] = {}
     try:
         if image[4] != 2:  # ELFCLASS64 only
-            return out
+            raise ValueError("not an ELF64 image")
         e_shoff = struct.unpack_from("<Q", image, 0x28)[0]
         e_shentsize, e_shnum = struct.unpack_from("<HH", image, 0x3A)
         sections = [struct.unpack_from("<IIQQQQIIQQ", image, e_shoff + i * e_shentsize) for i in range(e_shnum)]
@@ -244,8 +248,8 @@ def parse_elf_functions(image: bytes) -> dict[str, tuple[Any, ...] | None]:
                 if st_info & 0xF == 2 and st_info >> 4 == 1:  # STT_FUNC, STB_GLOBAL
                     end = image.index(b"\0", str_off + st_name)
                     out[image[str_off + st_name : end].decode(errors="replace")] = None
-    except (IndexError, ValueError, struct.error):
-        return {}
+    except (IndexError, struct.error) as exc:
+        raise ValueError(f"malformed ELF image: {exc}") from None
     return out
 
 
@@ -755,9 +759,12 @@ class SimCore:
                 raise Status(R.CUDA_ERROR_CONTEXT_IS_DESTROYED)
             self._drop_live(target.handle)
             self._teardown(target)
+            # The driver pops a destroyed current context off the thread's
+            # stack (as cuCtxPopCurrent would): the context below becomes
+            # current, or none (checked on an H200 in the differential run).
             stack = self._stack()
             if stack and stack[-1] is target:
-                stack[-1] = None
+                stack.pop()
         return OK
 
     @api(1)
@@ -1358,7 +1365,10 @@ class SimCore:
         if registered is not None:
             return dict(registered)
         if data.startswith(b"\x7fELF"):
-            return parse_elf_functions(data)
+            try:
+                return parse_elf_functions(data)
+            except ValueError:
+                raise Status(R.CUDA_ERROR_INVALID_IMAGE) from None
         if b".entry" in data or b".version" in data or b".target" in data:
             return parse_ptx(data)
         raise Status(R.CUDA_ERROR_INVALID_IMAGE)
