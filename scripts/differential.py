@@ -351,7 +351,14 @@ def devices_and_errors(d: Any) -> Obs:
     err, text = d.cuGetErrorString(R.CUDA_ERROR_OUT_OF_MEMORY)
     err2, ename = d.cuGetErrorName(R.CUDA_ERROR_INVALID_CONTEXT)
     bad = name(d.cuDeviceGet(4096)[0])
-    return [major >= 9, name(err), bytes(text).decode() if not isinstance(text, str) else text, name(err2), bytes(ename).decode() if not isinstance(ename, str) else ename, bad]
+    return [
+        major >= 9,
+        name(err),
+        bytes(text).decode() if not isinstance(text, str) else text,
+        name(err2),
+        bytes(ename).decode() if not isinstance(ename, str) else ename,
+        bad,
+    ]
 
 
 @scenario

@@ -262,7 +262,11 @@ def test_create_failure_creates_nothing(two: tuple[Context, Context]) -> None:
 def test_create_with_failed_restore_destroys_the_new_context(two: tuple[Context, Context]) -> None:
     a, _ = two
     a.set_current()
-    with leak_check(), inject("cuCtxPopCurrent", INVALID_CONTEXT), pytest.raises(CUDAError, match="could not be restored"):
+    with (
+        leak_check(),
+        inject("cuCtxPopCurrent", INVALID_CONTEXT),
+        pytest.raises(CUDAError, match="could not be restored"),
+    ):
         Context.create(0)
     # The destroyed context was popped off the thread's stack: the caller's is current again.
     assert Context.current() == a
@@ -270,7 +274,6 @@ def test_create_with_failed_restore_destroys_the_new_context(two: tuple[Context,
 
 @pytest.mark.contract("E3", "S2")
 def test_closed_context_is_refused_before_the_driver(two: tuple[Context, Context]) -> None:
-    a, _ = two
     c = Context.create(0)
     c.close()
     c.close()  # idempotent

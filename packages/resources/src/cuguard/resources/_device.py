@@ -6,7 +6,6 @@ from typing import Any
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import driver, raise_status
-
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._module import Module
 from cuguard.resources._stream import Event, Stream

@@ -8,7 +8,6 @@ from typing import Any
 
 from cuguard.context import Context, call_in, cleanup_in
 from cuguard.errors import driver, raise_status
-
 from cuguard.resources._base import Resource
 from cuguard.resources._stream import Stream
 
@@ -309,6 +308,6 @@ class PinnedBuffer(Resource):
 
     def _release(self, raising: bool) -> tuple[Any, str]:
         if raising:
-            return call_in(self._context, _host_free_status, None, self._handle)  # type: ignore[no-any-return]
+            return call_in(self._context, _host_free_status, None, self._handle)
         result = cleanup_in(self._context, _host_free_status, self._handle)
         return result if result is not None else (0, "")

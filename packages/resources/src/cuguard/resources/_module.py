@@ -9,7 +9,6 @@ from typing import Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, NVJitLinkError, NVRTCError, driver, raise_status
-
 from cuguard.resources._base import Resource
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream
@@ -73,7 +72,7 @@ class Program:
             (err,) = get_fn(prog, image)
             if err:
                 raise NVRTCError(int(err), get_fn.__name__)
-            return image
+            return bytes(image)
         finally:
             (derr,) = nvrtc.nvrtcDestroyProgram(prog)
             # A failed destroy leaks host memory only; it cannot mask the result.
@@ -111,8 +110,10 @@ def link(images: Sequence[bytes], arch: str, options: Sequence[str] = ()) -> byt
         raise NVJitLinkError(6, "nvJitLinkCreate", log=str(exc)) from None
     try:
         for index, image in enumerate(images):
-            kind = nvjitlink.InputType.PTX if image.lstrip().startswith(b"//") or b".version" in image[:4096] else (
-                nvjitlink.InputType.CUBIN
+            kind = (
+                nvjitlink.InputType.PTX
+                if image.lstrip().startswith(b"//") or b".version" in image[:4096]
+                else (nvjitlink.InputType.CUBIN)
             )
             try:
                 nvjitlink.add_data(handle, kind, image, len(image), f"input{index}")
@@ -193,7 +194,7 @@ class Module(Resource):
         from cuguard.context import cleanup_in
 
         if raising:
-            return call_in(self._context, _module_unload_status, None, self._handle)  # type: ignore[no-any-return]
+            return call_in(self._context, _module_unload_status, None, self._handle)
         result = cleanup_in(self._context, _module_unload_status, self._handle)
         return result if result is not None else (0, "")
 
@@ -257,7 +258,7 @@ def _dims(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
             raise TypeError(f"{what} dimensions must be ints, not {type(d).__name__}")
         if d < 1:
             raise ValueError(f"{what} dimensions must be 1 or more, not {d}")
-    return (dims + (1, 1))[:3]  # type: ignore[return-value]
+    return (*dims, 1, 1)[:3]  # type: ignore[return-value]
 
 
 def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:

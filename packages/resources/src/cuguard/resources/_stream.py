@@ -11,7 +11,6 @@ from typing import Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import call_unraisable, driver, raise_status
-
 from cuguard.resources._base import Resource
 
 __all__ = ["Event", "Stream"]
@@ -286,4 +285,3 @@ def driver_types() -> Any:
     from cuda.bindings import driver as types
 
     return types
-

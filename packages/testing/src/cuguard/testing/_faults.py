@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from cuguard.errors import RESTORE_CONTEXT, active_driver, install_driver
@@ -49,7 +49,7 @@ def _bindings() -> Any:
     return bindings
 
 
-@lru_cache(maxsize=None)
+@cache
 def _arity(name: str) -> int:
     """How many values ``cuda.bindings.driver.<name>`` returns (status included).
 

@@ -181,7 +181,7 @@ def cuguard_faults() -> Iterator[Faults]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
+    outcome: Any = yield
     report: pytest.TestReport = outcome.get_result()
     marker = item.get_closest_marker("contract")
     if marker is None:
