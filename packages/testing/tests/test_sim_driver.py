@@ -194,7 +194,9 @@ def test_graph_topology_queries(drv: SimulatedDriver) -> None:
     _, frm, to, _data, n = drv.cuGraphGetEdges(g, 3)
     assert n == 3
     assert [(int(x), int(y)) for x, y in zip(frm, to, strict=True)] == [
-        (int(a), int(b)), (int(a), int(c)), (int(b), int(c))
+        (int(a), int(b)),
+        (int(a), int(c)),
+        (int(b), int(c)),
     ]
     _, deps, _, n = drv.cuGraphNodeGetDependencies(c, 2)
     assert sorted(int(d) for d in deps) == sorted([int(a), int(b)])

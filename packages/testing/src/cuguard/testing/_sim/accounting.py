@@ -127,7 +127,11 @@ class Changes:
 
     def __bool__(self) -> bool:
         return bool(
-            self.created or self.released or self.misuse or self.dangling or self.double_release
+            self.created
+            or self.released
+            or self.misuse
+            or self.dangling
+            or self.double_release
             or self.use_after_release
         )
 

@@ -510,7 +510,10 @@ class SimCore:
         """An opaque record of what exists and what was recorded so far."""
         with self._lock:
             return Snapshot(
-                dict(self._live), len(self.misuse), len(self.dangling), len(self.double_release),
+                dict(self._live),
+                len(self.misuse),
+                len(self.dangling),
+                len(self.double_release),
                 len(self.use_after_release),
             )
 
@@ -543,8 +546,14 @@ class SimCore:
 
     # --- stream work -------------------------------------------------------------------------
 
-    def _enqueue(self, st: Stream, call: str, run: Callable[[], None] | None, refs: frozenset[int] = frozenset(),
-                 host: Callable[[], None] | None = None) -> int:
+    def _enqueue(
+        self,
+        st: Stream,
+        call: str,
+        run: Callable[[], None] | None,
+        refs: frozenset[int] = frozenset(),
+        host: Callable[[], None] | None = None,
+    ) -> int:
         """Queue one unit of work on ``st``: run it now, or on the driver thread behind pending host work."""
         self._op_seq += 1
         seq = self._op_seq
@@ -590,7 +599,8 @@ class SimCore:
                 if op.seq > limit and alloc.base in op.refs:
                     where = "stream 0" if other.handle == 0 else f"stream {other.handle:#x}"
                     self._note(
-                        self.dangling, call,
+                        self.dangling,
+                        call,
                         f"memory {alloc.base:#x} freed while {op.call} on {where} still in flight uses it",
                         alloc.base,
                     )
@@ -719,8 +729,9 @@ class SimCore:
         with self._lock:
             ctx = self._primary[self._device(dev)]
             if ctx.refcount == 0:
-                self._note(self.double_release, "cuDevicePrimaryCtxRelease", "primary context is not retained",
-                           ctx.handle)
+                self._note(
+                    self.double_release, "cuDevicePrimaryCtxRelease", "primary context is not retained", ctx.handle
+                )
                 raise Status(INVALID_CONTEXT)
             last = ctx.refcount == 1
         if last:
@@ -777,8 +788,12 @@ class SimCore:
         if target.destroyed:
             if not target.primary:
                 raise self._crash(call, f"switch to destroyed context {target.handle:#x}", target.handle)
-            self._note(self.use_after_release, call,
-                       f"switch to primary context {target.handle:#x} that is not retained", target.handle)
+            self._note(
+                self.use_after_release,
+                call,
+                f"switch to primary context {target.handle:#x} that is not retained",
+                target.handle,
+            )
         return target
 
     @api(0)
@@ -1338,9 +1353,7 @@ class SimCore:
 
     @api(0)
     def cuMemsetD32Async(self, dstDevice: Any, ui: int, N: int, hStream: Any) -> tuple[Any, ...]:
-        return self._memset(
-            dstDevice, struct.pack("<I", int(ui) & 0xFFFFFFFF), N, _Strm(hStream), "cuMemsetD32Async"
-        )
+        return self._memset(dstDevice, struct.pack("<I", int(ui) & 0xFFFFFFFF), N, _Strm(hStream), "cuMemsetD32Async")
 
     # --- modules, libraries, kernels ----------------------------------------------------------
 
@@ -1424,8 +1437,14 @@ class SimCore:
 
     @api(1)
     def cuLibraryLoadData(  # noqa: PLR0917
-        self, code: Any, jitOptions: Any, jitOptionsValues: Any, numJitOptions: int, libraryOptions: Any,
-        libraryOptionValues: Any, numLibraryOptions: int,
+        self,
+        code: Any,
+        jitOptions: Any,
+        jitOptionsValues: Any,
+        numJitOptions: int,
+        libraryOptions: Any,
+        libraryOptionValues: Any,
+        numLibraryOptions: int,
     ) -> tuple[Any, ...]:
         entries = self._image_entries(code)
         handle = self._handle()
@@ -1467,8 +1486,7 @@ class SimCore:
         if mod.ctx is not None and not mod.ctx.alive(mod.gen):
             raise self._crash(call, f"function {fn.name!r} belongs to a destroyed context", handle)
         if mod.unloaded:
-            self._note(self.use_after_release, call, f"function {fn.name!r} used after its module was unloaded",
-                       handle)
+            self._note(self.use_after_release, call, f"function {fn.name!r} used after its module was unloaded", handle)
             raise Status(INVALID_HANDLE)
         return fn
 
@@ -1510,8 +1528,7 @@ class SimCore:
                 alloc = self._dev_find(value)
                 if alloc is not None:
                     if alloc.freed:
-                        self._note(self.dangling, call, f"kernel {name!r} launched with freed memory {value:#x}",
-                                   value)
+                        self._note(self.dangling, call, f"kernel {name!r} launched with freed memory {value:#x}", value)
                     refs.add(alloc.base)
         return frozenset(refs)
 
@@ -1540,8 +1557,18 @@ class SimCore:
 
     @api(0)
     def cuLaunchKernel(  # noqa: PLR0917
-        self, f: Any, gridDimX: int, gridDimY: int, gridDimZ: int, blockDimX: int, blockDimY: int, blockDimZ: int,
-        sharedMemBytes: int, hStream: Any, kernelParams: Any, extra: Any,
+        self,
+        f: Any,
+        gridDimX: int,
+        gridDimY: int,
+        gridDimZ: int,
+        blockDimX: int,
+        blockDimY: int,
+        blockDimZ: int,
+        sharedMemBytes: int,
+        hStream: Any,
+        kernelParams: Any,
+        extra: Any,
     ) -> tuple[Any, ...]:
         fn = self._function(f, "cuLaunchKernel")
         st = self._stream(hStream, "cuLaunchKernel")
@@ -1555,8 +1582,7 @@ class SimCore:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
         args = self.decode_params(fn, kernelParams)
         refs = self._arg_refs(args, "cuLaunchKernel", fn.name)
-        launch = {"name": fn.name, "grid": grid, "block": block, "shared": int(sharedMemBytes),
-                  "stream": st.handle}
+        launch = {"name": fn.name, "grid": grid, "block": block, "shared": int(sharedMemBytes), "stream": st.handle}
         self._enqueue(st, "cuLaunchKernel", self._kernel_runner(fn, args, launch), refs)
         return OK
 

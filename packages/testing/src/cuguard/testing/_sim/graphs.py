@@ -156,8 +156,9 @@ class SimGraphs(SimCore):
         if ex is None:
             raise Status(INVALID_VALUE)
         if ex.destroyed:
-            self._note(self.use_after_release, call, f"executable graph {handle:#x} used after cuGraphExecDestroy",
-                       handle)
+            self._note(
+                self.use_after_release, call, f"executable graph {handle:#x} used after cuGraphExecDestroy", handle
+            )
             raise Status(INVALID_VALUE)
         return ex
 
@@ -231,8 +232,10 @@ class SimGraphs(SimCore):
     @api(1)
     def cuUserObjectCreate(self, ptr: Any, destroy: Any, initialRefcount: int, flags: int) -> tuple[Any, ...]:
         fn = h(destroy)
-        if fn == 0 or int(initialRefcount) <= 0 or int(flags) != int(
-            cb.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+        if (
+            fn == 0
+            or int(initialRefcount) <= 0
+            or int(flags) != int(cb.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
         ):
             raise Status(INVALID_VALUE)
         obj = UserObject(self._handle(), fn, self._user_data(ptr), 0)
@@ -253,16 +256,18 @@ class SimGraphs(SimCore):
         handle = h(object)
         existing = self._user_objects.get(handle)
         if existing is not None and existing.destroyed:
-            self._note(self.double_release, "cuUserObjectRelease", f"user object {handle:#x} released too often",
-                       handle)
+            self._note(
+                self.double_release, "cuUserObjectRelease", f"user object {handle:#x} released too often", handle
+            )
             raise Status(INVALID_VALUE)
         obj = self._user_object(object, "cuUserObjectRelease")
         count = int(count)
         if count <= 0:
             raise Status(INVALID_VALUE)
         if count > obj.refs:
-            self._note(self.double_release, "cuUserObjectRelease", f"user object {handle:#x} released too often",
-                       handle)
+            self._note(
+                self.double_release, "cuUserObjectRelease", f"user object {handle:#x} released too often", handle
+            )
             raise Status(INVALID_VALUE)
         self._uo_changed(obj, -count)
         return OK
@@ -369,8 +374,9 @@ class SimGraphs(SimCore):
         return KernelSpec(fn, grid, block, int(params.sharedMemBytes), args, params)
 
     @api(1)
-    def cuGraphAddKernelNode(self, hGraph: Any, dependencies: Any, numDependencies: int,
-                             nodeParams: Any) -> tuple[Any, ...]:
+    def cuGraphAddKernelNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, nodeParams: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddKernelNode")
         deps = self._deps(graph, dependencies, numDependencies)
         spec = self._kernel_spec(nodeParams, "cuGraphAddKernelNode")
@@ -393,15 +399,15 @@ class SimGraphs(SimCore):
         return OK
 
     @api(1)
-    def cuGraphAddMemsetNode(self, hGraph: Any, dependencies: Any, numDependencies: int, memsetParams: Any,
-                             ctx: Any) -> tuple[Any, ...]:
+    def cuGraphAddMemsetNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, memsetParams: Any, ctx: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddMemsetNode")
         deps = self._deps(graph, dependencies, numDependencies)
         p = memsetParams
         if p is None or int(p.elementSize) not in (1, 2, 4):
             raise Status(INVALID_VALUE)
-        spec = MemsetSpec(h(p.dst), int(p.value), int(p.elementSize), int(p.width), max(1, int(p.height)),
-                          int(p.pitch))
+        spec = MemsetSpec(h(p.dst), int(p.value), int(p.elementSize), int(p.width), max(1, int(p.height)), int(p.pitch))
         if spec.height > 1 and spec.pitch < spec.width * spec.element:
             raise Status(INVALID_VALUE)
         last = spec.dst + (spec.height - 1) * spec.pitch
@@ -420,8 +426,9 @@ class SimGraphs(SimCore):
         return alloc
 
     @api(1)
-    def cuGraphAddMemcpyNode(self, hGraph: Any, dependencies: Any, numDependencies: int, copyParams: Any,
-                             ctx: Any) -> tuple[Any, ...]:
+    def cuGraphAddMemcpyNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, copyParams: Any, ctx: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddMemcpyNode")
         deps = self._deps(graph, dependencies, numDependencies)
         p = copyParams
@@ -438,9 +445,25 @@ class SimGraphs(SimCore):
 
         st, src = where(p.srcMemoryType, p.srcHost, p.srcDevice)
         dt, dst = where(p.dstMemoryType, p.dstHost, p.dstDevice)
-        spec = CopySpec(st, src, int(p.srcXInBytes), int(p.srcY), int(p.srcZ), int(p.srcPitch), int(p.srcHeight),
-                        dt, dst, int(p.dstXInBytes), int(p.dstY), int(p.dstZ), int(p.dstPitch), int(p.dstHeight),
-                        int(p.WidthInBytes), max(1, int(p.Height)), max(1, int(p.Depth)))
+        spec = CopySpec(
+            st,
+            src,
+            int(p.srcXInBytes),
+            int(p.srcY),
+            int(p.srcZ),
+            int(p.srcPitch),
+            int(p.srcHeight),
+            dt,
+            dst,
+            int(p.dstXInBytes),
+            int(p.dstY),
+            int(p.dstZ),
+            int(p.dstPitch),
+            int(p.dstHeight),
+            int(p.WidthInBytes),
+            max(1, int(p.Height)),
+            max(1, int(p.Depth)),
+        )
         if spec.width <= 0:
             raise Status(INVALID_VALUE)
         for first, last in self._copy_extents(spec):
@@ -469,8 +492,9 @@ class SimGraphs(SimCore):
         return [(s0, s1 + spec.width - 1), (d0, d1 + spec.width - 1)]
 
     @api(1)
-    def cuGraphAddHostNode(self, hGraph: Any, dependencies: Any, numDependencies: int,
-                           nodeParams: Any) -> tuple[Any, ...]:
+    def cuGraphAddHostNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, nodeParams: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddHostNode")
         deps = self._deps(graph, dependencies, numDependencies)
         if nodeParams is None or h(nodeParams.fn) == 0:
@@ -479,24 +503,27 @@ class SimGraphs(SimCore):
         return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_HOST, spec)
 
     @api(1)
-    def cuGraphAddEventRecordNode(self, hGraph: Any, dependencies: Any, numDependencies: int,
-                                  event: Any) -> tuple[Any, ...]:
+    def cuGraphAddEventRecordNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, event: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddEventRecordNode")
         deps = self._deps(graph, dependencies, numDependencies)
         ev = self._event(event, "cuGraphAddEventRecordNode")
         return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_EVENT_RECORD, ev)
 
     @api(1)
-    def cuGraphAddEventWaitNode(self, hGraph: Any, dependencies: Any, numDependencies: int,
-                                event: Any) -> tuple[Any, ...]:
+    def cuGraphAddEventWaitNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, event: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddEventWaitNode")
         deps = self._deps(graph, dependencies, numDependencies)
         ev = self._event(event, "cuGraphAddEventWaitNode")
         return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_WAIT_EVENT, ev)
 
     @api(1)
-    def cuGraphAddMemAllocNode(self, hGraph: Any, dependencies: Any, numDependencies: int,
-                               nodeParams: Any) -> tuple[Any, ...]:
+    def cuGraphAddMemAllocNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, nodeParams: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddMemAllocNode")
         deps = self._deps(graph, dependencies, numDependencies)
         if nodeParams is None or int(nodeParams.bytesize) <= 0:
@@ -513,8 +540,7 @@ class SimGraphs(SimCore):
         return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_MEM_ALLOC, alloc)
 
     @api(1)
-    def cuGraphAddMemFreeNode(self, hGraph: Any, dependencies: Any, numDependencies: int,
-                              dptr: Any) -> tuple[Any, ...]:
+    def cuGraphAddMemFreeNode(self, hGraph: Any, dependencies: Any, numDependencies: int, dptr: Any) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddMemFreeNode")
         deps = self._deps(graph, dependencies, numDependencies)
         alloc = self._dev_find(h(dptr)) if h(dptr) >= DEVICE_BASE else None
@@ -523,8 +549,9 @@ class SimGraphs(SimCore):
         return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_MEM_FREE, alloc)
 
     @api(1)
-    def cuGraphAddChildGraphNode(self, hGraph: Any, dependencies: Any, numDependencies: int,
-                                 childGraph: Any) -> tuple[Any, ...]:
+    def cuGraphAddChildGraphNode(
+        self, hGraph: Any, dependencies: Any, numDependencies: int, childGraph: Any
+    ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddChildGraphNode")
         deps = self._deps(graph, dependencies, numDependencies)
         source = self._graph(childGraph, "cuGraphAddChildGraphNode")
@@ -548,12 +575,15 @@ class SimGraphs(SimCore):
         a_items, b_items = list(from_ or []), list(to or [])
         if count > len(a_items) or count > len(b_items):
             raise RuntimeError(f"List is too small: {min(len(a_items), len(b_items))} < {count}")
-        return [(self._node(a, "cuGraphEdges"), self._node(b, "cuGraphEdges"))
-                for a, b in zip(a_items[:count], b_items[:count], strict=True)]
+        return [
+            (self._node(a, "cuGraphEdges"), self._node(b, "cuGraphEdges"))
+            for a, b in zip(a_items[:count], b_items[:count], strict=True)
+        ]
 
     @api(0)
-    def cuGraphAddDependencies(self, hGraph: Any, from_: Any, to: Any, edgeData: Any,
-                               numDependencies: int) -> tuple[Any, ...]:
+    def cuGraphAddDependencies(
+        self, hGraph: Any, from_: Any, to: Any, edgeData: Any, numDependencies: int
+    ) -> tuple[Any, ...]:
         """Adds edges one by one and stops at the first invalid one (not atomic, as observed)."""
         graph = self._graph(hGraph, "cuGraphAddDependencies")
         for a, b in self._edge_lists(graph, from_, to, numDependencies):
@@ -563,8 +593,9 @@ class SimGraphs(SimCore):
         return OK
 
     @api(0)
-    def cuGraphRemoveDependencies(self, hGraph: Any, from_: Any, to: Any, edgeData: Any,
-                                  numDependencies: int) -> tuple[Any, ...]:
+    def cuGraphRemoveDependencies(
+        self, hGraph: Any, from_: Any, to: Any, edgeData: Any, numDependencies: int
+    ) -> tuple[Any, ...]:
         """Removes edges one by one and stops at the first missing one (not atomic, as observed)."""
         graph = self._graph(hGraph, "cuGraphRemoveDependencies")
         for a, b in self._edge_lists(graph, from_, to, numDependencies):
@@ -672,9 +703,12 @@ class SimGraphs(SimCore):
     def _check_free_graphs(self, alloc: Alloc, call: str) -> None:
         for ex in self._live_execs.values():
             if alloc.base in ex.refs:
-                self._note(self.dangling, call,
-                           f"memory {alloc.base:#x} freed while executable graph {ex.handle:#x} references it",
-                           alloc.base)
+                self._note(
+                    self.dangling,
+                    call,
+                    f"memory {alloc.base:#x} freed while executable graph {ex.handle:#x} references it",
+                    alloc.base,
+                )
 
     def _instantiate(self, hGraph: Any, call: str) -> tuple[Any, ...]:
         graph = self._graph(hGraph, call)
@@ -682,8 +716,15 @@ class SimGraphs(SimCore):
         self._flatten(graph, steps)
         ctx = self._current()
         allocs = [spec for kind, spec in steps if kind == T.CU_GRAPH_NODE_TYPE_MEM_ALLOC]
-        ex = Exec(self._handle(), ctx, steps, self._signature(graph), self._retain_refs(graph.user_refs),
-                  self._step_refs(steps), allocs)
+        ex = Exec(
+            self._handle(),
+            ctx,
+            steps,
+            self._signature(graph),
+            self._retain_refs(graph.user_refs),
+            self._step_refs(steps),
+            allocs,
+        )
         self._execs[ex.handle] = ex
         self._live_execs[ex.handle] = ex
         self._add_live("graph_exec", ex.handle, ctx, call)
@@ -704,8 +745,9 @@ class SimGraphs(SimCore):
         if ex is None:
             raise Status(INVALID_VALUE)
         if ex.destroyed:
-            self._note(self.double_release, "cuGraphExecDestroy", f"executable graph {handle:#x} destroyed twice",
-                       handle)
+            self._note(
+                self.double_release, "cuGraphExecDestroy", f"executable graph {handle:#x} destroyed twice", handle
+            )
             raise Status(INVALID_VALUE)
         ex.destroyed = True
         del self._live_execs[handle]
@@ -721,8 +763,11 @@ class SimGraphs(SimCore):
         signature = self._signature(graph)
         if signature != ex.signature:
             changed = signature[0] != ex.signature[0] and len(signature[0]) == len(ex.signature[0])
-            info.result = (cb.CUgraphExecUpdateResult.CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED if changed
-                           else cb.CUgraphExecUpdateResult.CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED)
+            info.result = (
+                cb.CUgraphExecUpdateResult.CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
+                if changed
+                else cb.CUgraphExecUpdateResult.CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+            )
             raise Status(R.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE)
         steps: list[tuple[Any, Any]] = []
         self._flatten(graph, steps)
@@ -753,8 +798,13 @@ class SimGraphs(SimCore):
         call = "cuGraphLaunch"
         if kind == T.CU_GRAPH_NODE_TYPE_KERNEL:
             refs = self._arg_refs(spec.args, call, spec.fn.name)
-            launch = {"name": spec.fn.name, "grid": spec.grid, "block": spec.block, "shared": spec.shared,
-                      "stream": st.handle}
+            launch = {
+                "name": spec.fn.name,
+                "grid": spec.grid,
+                "block": spec.block,
+                "shared": spec.shared,
+                "stream": st.handle,
+            }
             self._enqueue(st, call, self._kernel_runner(spec.fn, spec.args, launch), refs)
         elif kind == T.CU_GRAPH_NODE_TYPE_MEMSET:
             self._graph_memset(st, spec)
@@ -784,8 +834,9 @@ class SimGraphs(SimCore):
         elif kind == T.CU_GRAPH_NODE_TYPE_MEM_FREE:
             alloc = spec
             if alloc.freed:
-                self._note(self.double_release, call, f"graph frees memory {alloc.base:#x} that is not allocated",
-                           alloc.base)
+                self._note(
+                    self.double_release, call, f"graph frees memory {alloc.base:#x} that is not allocated", alloc.base
+                )
             else:
                 self._check_free(alloc, call, st)
                 self._release_alloc(alloc)
@@ -801,8 +852,9 @@ class SimGraphs(SimCore):
 
         def run() -> None:
             if alloc.freed:
-                self._note(self.dangling, "cuGraphLaunch", f"memset node executed on freed memory {alloc.base:#x}",
-                           alloc.base)
+                self._note(
+                    self.dangling, "cuGraphLaunch", f"memset node executed on freed memory {alloc.base:#x}", alloc.base
+                )
                 return
             for y in range(spec.height):
                 alloc.write(spec.dst + y * spec.pitch - alloc.base, row)
