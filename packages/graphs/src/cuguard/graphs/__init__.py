@@ -1,0 +1,31 @@
+"""cuguard.graphs: explicit CUDA graphs with all-or-nothing mutations and deferred cleanup.
+
+- :class:`GraphDefinition`: a graph under construction. Builders add nodes
+  (``empty``, ``join``, ``memset``, ``memcpy``, ``launch``, ``callback``,
+  ``record``, ``wait``, ``allocate``, ``deallocate``, ``embed``); ``nodes`` and
+  ``edges`` read the topology from the driver; ``connect``/``disconnect``
+  change edges; ``clone``; ``instantiate``.
+- :class:`Node`: one node; ``pred``/``succ`` are live set-like views
+  (:class:`EdgeView`) of its edges; the same builders make dependent nodes;
+  ``set_params``/``set_args`` change a kernel node; ``destroy``.
+- :class:`Graph`: an executable graph: ``launch``, ``upload``, ``update``
+  (refusals raise :class:`GraphUpdateError` saying why), ``close``.
+- :func:`flush_deferred`: wait for the deferred release of what graphs kept alive.
+
+Every multi-step mutation is all-or-nothing (contract B4, G3); nodes keep what
+they use alive until CUDA has dropped every graph that may use it (G5, W5).
+"""
+
+from __future__ import annotations
+
+from cuguard.graphs._graph import EdgeView as EdgeView
+from cuguard.graphs._graph import Graph as Graph
+from cuguard.graphs._graph import GraphDefinition as GraphDefinition
+from cuguard.graphs._graph import GraphUpdateError as GraphUpdateError
+from cuguard.graphs._graph import Node as Node
+from cuguard.graphs._lifetime import flush_deferred as flush_deferred
+from cuguard.graphs._lifetime import pending_payloads as pending_payloads
+
+__all__ = ["EdgeView", "Graph", "GraphDefinition", "GraphUpdateError", "Node", "flush_deferred", "pending_payloads"]
+
+__version__ = "0.1.0"

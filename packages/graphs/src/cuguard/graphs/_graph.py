@@ -1,0 +1,1391 @@
+"""Graph definitions, nodes, edges and executable graphs.
+
+Every mutation that takes several driver calls is all-or-nothing (B4, G3):
+edges are added and removed one driver call per edge (the driver's bulk edge
+calls are not atomic), completed steps are undone in reverse order when a
+later step fails, and a failed undo step becomes a note on the raised
+exception (G4). Arguments are validated before any driver call (E3).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator, MutableSet
+from typing import Any, NoReturn
+
+from cuguard.context import Context, call_in, init_driver
+from cuguard.errors import (
+    CUDAError,
+    ResourceClosedError,
+    add_failure_note,
+    driver,
+    format_handle,
+    raise_status,
+    report,
+    report_error,
+)
+from cuguard.graphs import _compat, _lifetime
+from cuguard.resources import Buffer, Device, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, pack_args
+
+__all__ = ["Graph", "GraphDefinition", "GraphUpdateError", "Node"]
+
+_GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+_NO_DESTRUCTOR_SYNC = 1  # CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+_RETAIN_MOVE = 1  # CU_GRAPH_USER_OBJECT_MOVE
+
+# Node states.
+_LIVE = 0
+_DESTROYED = 1
+_LEAKED = 2
+
+# CUgraphNodeType values (stable across CUDA 12 and 13) -> the names cuguard uses.
+_KINDS = {
+    0: "kernel",
+    1: "memcpy",
+    2: "memset",
+    3: "host",
+    4: "graph",
+    5: "empty",
+    6: "wait_event",
+    7: "event_record",
+    8: "ext_semas_signal",
+    9: "ext_semas_wait",
+    10: "mem_alloc",
+    11: "mem_free",
+    12: "batch_mem_op",
+    13: "conditional",
+}
+
+
+def _types() -> Any:
+    from cuda.bindings import driver as types
+
+    return types
+
+
+def _owner_key(obj: object) -> int:
+    return id(obj)
+
+
+class GraphUpdateError(CUDAError, ValueError):
+    """An executable graph could not be updated from a definition.
+
+    Raised by :meth:`Graph.update`. ``reason`` is the name of the
+    ``CUgraphExecUpdateResult`` that explains why (for example
+    ``"CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED"``), or
+    ``"CU_GRAPH_EXEC_UPDATE_ERROR"`` when the driver refused for a reason
+    cuguard could not determine (cuda-bindings does not return the driver's
+    result info on failure). The message says what differs. It is both a
+    :class:`~cuguard.errors.CUDAError` (code ``CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE``)
+    and a ``ValueError``. The executable graph is unchanged and usable.
+    """
+
+    reason: str
+
+    def __init__(self, reason: str, detail: str, call: str | None = "cuGraphExecUpdate") -> None:
+        self.reason = reason
+        super().__init__(_GRAPH_EXEC_UPDATE_FAILURE, call, f"{reason}: {detail}")
+
+
+# --- nodes ---------------------------------------------------------------------------------
+
+
+class Node:
+    """A node of a :class:`GraphDefinition`.
+
+    Created by the definition's builders (``g.empty()``, ``g.launch(...)``...)
+    or by the same builders on a node, which make the new node depend on it.
+    ``pred`` and ``succ`` are live set-like views of the edges into and out of
+    the node, read from the driver each time. ``type`` names the node kind
+    (``"empty"``, ``"kernel"``, ``"memset"``, ``"memcpy"``, ``"host"``,
+    ``"event_record"``, ``"wait_event"``, ``"mem_alloc"``, ``"mem_free"``,
+    ``"graph"``). Nodes compare by identity; a definition has exactly one
+    ``Node`` per driver node.
+    """
+
+    __slots__ = ("__weakref__", "_graph", "_handle", "_info", "_int", "_kind", "_order", "_state")
+
+    _graph: GraphDefinition
+    _handle: Any
+    _int: int
+    _kind: str
+    _order: int
+    _state: int
+    _info: dict[str, Any]
+
+    def __init__(self) -> None:
+        raise TypeError("nodes are created by GraphDefinition builders (g.empty(), g.launch(...), ...)")
+
+    @classmethod
+    def _make(cls, graph: GraphDefinition, handle: Any, kind: str, order: int, info: dict[str, Any]) -> Node:
+        self = object.__new__(cls)
+        self._graph = graph
+        self._handle = handle
+        self._int = int(handle)
+        self._kind = kind
+        self._order = order
+        self._state = _LIVE
+        self._info = info
+        return self
+
+    # --- state ---
+
+    @property
+    def graph(self) -> GraphDefinition:
+        """The definition this node belongs to."""
+        return self._graph
+
+    @property
+    def type(self) -> str:
+        """The node kind, e.g. ``"kernel"``."""
+        return self._kind
+
+    @property
+    def handle(self) -> Any:
+        """The ``CUgraphNode``; raises ``ResourceClosedError`` once destroyed (or leaked)."""
+        self._check_live()
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """Whether the node was destroyed, or leaked by a failed :meth:`destroy`."""
+        return self._state != _LIVE
+
+    def _check_live(self) -> None:
+        if self._state != _LIVE:
+            raise ResourceClosedError(f"{self!r} was {'destroyed' if self._state == _DESTROYED else 'leaked'}")
+        if self._graph._closed:
+            raise ResourceClosedError(f"{self!r} belongs to a closed graph definition")
+
+    def __repr__(self) -> str:
+        state = {_LIVE: "", _DESTROYED: " destroyed", _LEAKED: " leaked"}[self._state]
+        return f"<Node {self._kind} #{self._order} {format_handle(self._int)}{state}>"
+
+    # --- parameters ---
+
+    @property
+    def ptr(self) -> int:
+        """The device address a ``mem_alloc`` node allocates; ``TypeError`` for other kinds."""
+        if self._kind != "mem_alloc" or "ptr" not in self._info:
+            raise TypeError(f"{self!r} is not a memory allocation node")
+        return int(self._info["ptr"])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What the node was built with (a copy): e.g. ``config``, ``kernel``, ``args`` for kernels."""
+        return {key: value for key, value in self._info.items() if not key.startswith("_")}
+
+    def set_args(self, *args: Any) -> None:
+        """Replace the arguments of a kernel node; see :meth:`set_params`."""
+        self.set_params(args=args)
+
+    def set_params(
+        self, config: LaunchConfig | None = None, kernel: Kernel | None = None, args: Iterable[Any] | None = None
+    ) -> None:
+        """Change a kernel node's launch configuration, kernel or arguments (``None`` keeps each).
+
+        One driver call (``cuGraphKernelNodeSetParams``). The new buffers, kernel
+        and module are kept alive by the definition before the call (G5). If
+        the call fails, :class:`~cuguard.errors.CUDAError` is raised and the
+        node keeps its previous parameters; the objects it newly referenced are
+        released again. Executable graphs already instantiated keep the old
+        parameters (use :meth:`Graph.update`); the old objects stay alive until
+        the definition and those executable graphs are gone.
+        """
+        if self._kind != "kernel":
+            raise TypeError(f"set_params() needs a kernel node, not {self!r}")
+        self._check_live()
+        graph = self._graph
+        new_config = self._info["config"] if config is None else config
+        new_kernel = self._info["kernel"] if kernel is None else kernel
+        new_args = tuple(self._info["args"] if args is None else args)
+        params, owners = _kernel_params(new_config, new_kernel, new_args)
+        added = graph._retain(owners)
+        (err,) = driver.cuGraphKernelNodeSetParams(self._handle, params)
+        if err:
+            graph._unretain(added)
+            raise_status(err, "cuGraphKernelNodeSetParams")
+        self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
+
+    # --- edges ---
+
+    @property
+    def pred(self) -> EdgeView:
+        """The nodes this node depends on: a live, mutable set-like view (see :class:`EdgeView`)."""
+        return EdgeView(self, incoming=True)
+
+    @pred.setter
+    def pred(self, nodes: Iterable[Node]) -> None:
+        if isinstance(nodes, EdgeView) and nodes._node is self and nodes._incoming:
+            return
+        EdgeView(self, incoming=True)._replace(nodes)
+
+    @property
+    def succ(self) -> EdgeView:
+        """The nodes that depend on this node: a live, mutable set-like view (see :class:`EdgeView`)."""
+        return EdgeView(self, incoming=False)
+
+    @succ.setter
+    def succ(self, nodes: Iterable[Node]) -> None:
+        if isinstance(nodes, EdgeView) and nodes._node is self and not nodes._incoming:
+            return
+        EdgeView(self, incoming=False)._replace(nodes)
+
+    def destroy(self) -> None:
+        """Remove the node and its edges from the definition. Idempotent.
+
+        One driver call. If it fails, :class:`~cuguard.errors.CUDAError` is
+        raised and the node is *leaked*: it stays in the definition with its
+        edges (the driver still lists it), but cuguard never passes its handle
+        to the driver again (a second destroy of a node crashes the real
+        driver), so it cannot be used, connected, disconnected or destroyed.
+        What the node used stays alive until the definition and its executable
+        graphs are gone (they may use it).
+        """
+        if self._state != _LIVE:
+            return
+        self._graph._check_open()
+        self._state = _DESTROYED
+        (err,) = driver.cuGraphDestroyNode(self._handle)
+        if err:
+            self._state = _LEAKED
+            raise CUDAError(
+                err, "cuGraphDestroyNode",
+                f"{self!r} was leaked: it stays in the definition with its edges and is never used again",
+            )
+        self._graph._nodes.pop(self._int, None)
+
+    # --- builders: a new node that depends on this one ---
+
+    def join(self, *nodes: Node) -> Node:
+        """An empty node that depends on this node and on ``nodes``."""
+        return self._graph.empty(self, *nodes)
+
+    def empty(self) -> Node:
+        """An empty node that depends on this node."""
+        return self._graph.empty(self)
+
+    def memset(self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1) -> Node:
+        """A memset node after this node; see :meth:`GraphDefinition.memset`."""
+        return self._graph.memset(dst, value, size, element_size=element_size, deps=(self,))
+
+    def memcpy(self, dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None = None) -> Node:
+        """A memcpy node after this node; see :meth:`GraphDefinition.memcpy`."""
+        return self._graph.memcpy(dst, src, size, deps=(self,))
+
+    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any) -> Node:
+        """A kernel node after this node; see :meth:`GraphDefinition.launch`."""
+        return self._graph.launch(config, kernel, *args, deps=(self,))
+
+    def callback(self, fn: Callable[[], object]) -> Node:
+        """A host-callback node after this node; see :meth:`GraphDefinition.callback`."""
+        return self._graph.callback(fn, deps=(self,))
+
+    def record(self, event: Event) -> Node:
+        """An event-record node after this node."""
+        return self._graph.record(event, deps=(self,))
+
+    def wait(self, event: Event) -> Node:
+        """An event-wait node after this node."""
+        return self._graph.wait(event, deps=(self,))
+
+    def allocate(self, size: int, *, device: Device | int | None = None) -> Node:
+        """A memory-allocation node after this node; see :meth:`GraphDefinition.allocate`."""
+        return self._graph.allocate(size, device=device, deps=(self,))
+
+    def deallocate(self, ptr: int | Node) -> Node:
+        """A memory-free node after this node; see :meth:`GraphDefinition.deallocate`."""
+        return self._graph.deallocate(ptr, deps=(self,))
+
+    def embed(self, child: GraphDefinition) -> Node:
+        """A child-graph node after this node; see :meth:`GraphDefinition.embed`."""
+        return self._graph.embed(child, deps=(self,))
+
+
+class EdgeView(MutableSet[Node]):
+    """The predecessors (``node.pred``) or successors (``node.succ``) of a node, live.
+
+    Reading (``in``, iteration, ``len``, comparisons) asks the driver each
+    time. Mutations follow set semantics (``add`` of a present node and
+    ``discard`` of an absent one do nothing) and are all-or-nothing:
+    ``add``, ``discard``, ``remove``, ``update``, ``difference_update``,
+    ``clear``, ``|=``, ``-=``, ``&=``, ``^=`` and assignment
+    (``node.pred = {...}``, which replaces every edge of that side) each
+    either make every edge change or leave the definition as it was. Edges are
+    changed one driver call each, removals first (in node-creation order), then
+    additions; when a step fails, the completed steps are undone in reverse. If
+    an undo step fails too, its failure is a note on the raised exception and
+    the edge it concerned stays as the failed step left it: an added edge that
+    could not be removed again remains, a removed edge that could not be added
+    back stays removed. Nothing else can remain.
+
+    Elements must be live nodes of the same definition (``TypeError`` for
+    other objects, ``ValueError`` for nodes of another definition or a self
+    edge, ``ResourceClosedError`` for destroyed or leaked nodes), checked
+    before any driver call.
+    """
+
+    __slots__ = ("_incoming", "_node")
+
+    def __init__(self, node: Node, incoming: bool) -> None:
+        self._node = node
+        self._incoming = incoming
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> set[Any]:
+        return set(it)
+
+    def _current(self) -> set[Node]:
+        node = self._node
+        node._check_live()
+        return set(node._graph._neighbours(node, self._incoming))
+
+    def _edge(self, other: Node) -> tuple[Node, Node]:
+        return (other, self._node) if self._incoming else (self._node, other)
+
+    def _valid(self, items: Iterable[object]) -> list[Node]:
+        graph = self._node._graph
+        out: list[Node] = []
+        seen: set[int] = set()
+        for item in items:
+            other = graph._own(item)
+            if other is self._node:
+                raise ValueError(f"a node cannot depend on itself: {other!r}")
+            if id(other) not in seen:
+                seen.add(id(other))
+                out.append(other)
+        return out
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, Node):
+            return False
+        return item in self._current()
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(sorted(self._current(), key=_order))
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+    def __repr__(self) -> str:
+        side = "pred" if self._incoming else "succ"
+        return f"<{side} of {self._node!r}: {sorted(self._current(), key=_order)!r}>"
+
+    def add(self, value: Node) -> None:
+        """Add the edge to or from ``value``; nothing if it exists."""
+        self.update((value,))
+
+    def discard(self, value: Node) -> None:
+        """Remove the edge to or from ``value``; nothing if there is none."""
+        self.difference_update((value,))
+
+    def remove(self, value: Node) -> None:
+        """Remove the edge to or from ``value``; ``KeyError`` if there is none."""
+        (other,) = self._valid((value,))
+        if other not in self._current():
+            raise KeyError(value)
+        self.difference_update((other,))
+
+    def update(self, *others: Iterable[Node]) -> None:
+        """Add edges to or from every node of ``others`` (all-or-nothing)."""
+        wanted = self._valid(item for it in others for item in it)
+        current = self._current()
+        adds = [self._edge(o) for o in sorted(wanted, key=_order) if o not in current]
+        self._node._graph._apply_edges([], adds)
+
+    def difference_update(self, *others: Iterable[Node]) -> None:
+        """Remove the edges to or from every node of ``others`` that has one (all-or-nothing)."""
+        unwanted = self._valid(item for it in others for item in it)
+        current = self._current()
+        removes = [self._edge(o) for o in sorted(unwanted, key=_order) if o in current]
+        self._node._graph._apply_edges(removes, [])
+
+    def clear(self) -> None:
+        """Remove every edge of this side (all-or-nothing)."""
+        self._replace(())
+
+    def pop(self) -> Node:
+        """Remove and return one node of this side; ``KeyError`` if empty."""
+        current = sorted(self._current(), key=_order)
+        if not current:
+            raise KeyError("pop from an empty edge view")
+        self.difference_update((current[0],))
+        return current[0]
+
+    def _replace(self, nodes: Iterable[object]) -> None:
+        wanted = set(self._valid(nodes))
+        current = self._current()
+        removes = [self._edge(o) for o in sorted(current - wanted, key=_order)]
+        adds = [self._edge(o) for o in sorted(wanted - current, key=_order)]
+        self._node._graph._apply_edges(removes, adds)
+
+    def __ior__(self, other: Iterable[Any]) -> EdgeView:  # type: ignore[misc]
+        self.update(other)
+        return self
+
+    def __isub__(self, other: Iterable[Any]) -> EdgeView:
+        self.difference_update(other)
+        return self
+
+    def __iand__(self, other: Iterable[Any]) -> EdgeView:
+        keep = set(self._valid(other))
+        self.difference_update(self._current() - keep)
+        return self
+
+    def __ixor__(self, other: Iterable[Any]) -> EdgeView:  # type: ignore[misc]
+        toggled = set(self._valid(other))
+        current = self._current()
+        removes = [self._edge(o) for o in sorted(toggled & current, key=_order)]
+        adds = [self._edge(o) for o in sorted(toggled - current, key=_order)]
+        self._node._graph._apply_edges(removes, adds)
+        return self
+
+
+def _order(node: Node) -> int:
+    return node._order
+
+
+# --- parameters of node kinds --------------------------------------------------------------
+
+
+def _size_arg(size: object, what: str = "size") -> int:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"{what} must be an int, not {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"{what} must be 0 or more, not {size}")
+    return size
+
+
+def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tuple[Any, list[object]]:
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
+    kernel.module._check_open()
+    owners: list[object] = [kernel, kernel.module]
+    for arg in args:
+        if isinstance(arg, Buffer | PinnedBuffer):
+            arg._check_open()
+            owners.append(arg)
+    gx, gy, gz, bx, by, bz = config.dims()
+    params = _types().CUDA_KERNEL_NODE_PARAMS()
+    params.func = kernel.handle
+    params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
+    params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
+    params.sharedMemBytes = config.shared_mem
+    if args:
+        params.kernelParams = pack_args(args)
+    return params, owners
+
+
+def _context_of(device: Device | Context | None) -> Context | None:
+    if device is None or isinstance(device, Context):
+        return device
+    if isinstance(device, Device):
+        return device.context
+    raise TypeError(f"device must be a Device, a Context or None, not {type(device).__name__}")
+
+
+def _ordinal_of(device: Device | int) -> int:
+    if isinstance(device, Device):
+        return device.ordinal
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise TypeError(f"device must be a Device or a device ordinal, not {device!r}")
+    return device
+
+
+# --- definitions ---------------------------------------------------------------------------
+
+
+class GraphDefinition:
+    """An explicit CUDA graph under construction (a ``CUgraph``).
+
+    ``GraphDefinition(device)`` creates an empty graph. ``device`` (a
+    :class:`~cuguard.resources.Device`, a :class:`~cuguard.context.Context` or
+    ``None``) is the context :meth:`instantiate` runs in and the device of
+    :meth:`allocate` nodes; with ``None`` the context of the first node that
+    has one (a buffer's, a kernel's, an event's) is used. Creating it needs no
+    current context.
+
+    Builders add nodes: :meth:`empty`, :meth:`join`, :meth:`memset`,
+    :meth:`memcpy`, :meth:`launch`, :meth:`callback`, :meth:`record`,
+    :meth:`wait`, :meth:`allocate`, :meth:`deallocate`, :meth:`embed`. Each
+    takes the new node's dependencies and is all-or-nothing: the node is
+    created, then its edges are added one driver call each; if an edge fails,
+    the node is destroyed again. If that destroy fails too, the node stays in
+    the definition, *leaked* (see :meth:`Node.destroy`), with the edges added
+    before the failure, and the failure is a note on the raised exception.
+
+    Lifetime: every buffer, kernel (and its module), event, callback and child
+    graph a node uses is kept alive until CUDA has dropped this definition and
+    every executable graph made from it, including launches still in flight
+    (a CUDA user object tells cuguard, see :func:`flush_deferred`).
+
+    :meth:`close` (or ``with``, or garbage collection) destroys the graph.
+    A definition is not thread-safe: mutate it from one thread at a time.
+    """
+
+    __slots__ = (
+        "__weakref__", "_closed", "_context", "_found", "_handle", "_int", "_next_order", "_nodes", "_owners",
+        "_source",
+    )
+
+    _handle: Any
+    _int: int
+    _closed: bool
+    _context: Context | None
+    _nodes: dict[int, Node]
+    _owners: dict[int, object]
+    _next_order: int
+    _found: dict[int, Node]
+    _source: int
+
+    def __init__(self, device: Device | Context | None = None) -> None:
+        context = _context_of(device)
+        self._closed = True  # until fully built: __del__ must not release anything
+        init_driver()
+        err, handle = driver.cuGraphCreate(0)
+        if err:
+            raise_status(err, "cuGraphCreate")
+        self._setup(handle, context, {}, 0)
+
+    @classmethod
+    def _adopt(
+        cls, handle: Any, context: Context | None, owners: dict[int, object], next_order: int
+    ) -> GraphDefinition:
+        self = object.__new__(cls)
+        self._closed = True
+        self._setup(handle, context, owners, next_order)
+        return self
+
+    def _setup(self, handle: Any, context: Context | None, owners: dict[int, object], next_order: int) -> None:
+        """Attach the payload's user object to the new ``handle``; destroy the graph on failure (G1)."""
+        self._handle = handle
+        self._int = int(handle)
+        self._context = context
+        self._nodes = {}
+        self._owners = owners
+        self._next_order = next_order
+        self._found = {}
+        self._source = 0
+        try:
+            _attach_payload(handle, owners)
+        except BaseException as exc:
+            (err,) = driver.cuGraphDestroy(handle)
+            if err:
+                add_failure_note(exc, err, "cuGraphDestroy", handle)
+            raise
+        self._closed = False
+
+    # --- state ---
+
+    @property
+    def handle(self) -> Any:
+        """The ``CUgraph``; raises ``ResourceClosedError`` once closed."""
+        self._check_open()
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the definition was collected)."""
+        return self._closed
+
+    @property
+    def context(self) -> Context | None:
+        """The context :meth:`instantiate` runs in, if known."""
+        return self._context
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ResourceClosedError(f"{self!r} is closed")
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<GraphDefinition {format_handle(getattr(self, '_int', 0))}{state}>"
+
+    def _own(self, item: object) -> Node:
+        """``item`` as a live node of this definition, or the E3 exception."""
+        if not isinstance(item, Node):
+            raise TypeError(f"expected a graph Node, not {type(item).__name__}")
+        if item._graph is not self:
+            raise ValueError(f"{item!r} belongs to another graph definition")
+        item._check_live()
+        return item
+
+    def _wrap(self, handle: Any) -> Node:
+        """The node of a handle the driver listed (a node cuguard did not make is wrapped once)."""
+        key = int(handle)
+        node = self._nodes.get(key)
+        if node is None:
+            err, kind = driver.cuGraphNodeGetType(handle)
+            if err:
+                raise_status(err, "cuGraphNodeGetType")
+            node = Node._make(self, handle, _KINDS.get(int(kind), f"type{int(kind)}"), self._next_order, {})
+            self._next_order += 1
+            self._nodes[key] = node
+        return node
+
+    # --- reading the topology from the driver ---
+
+    @property
+    def nodes(self) -> frozenset[Node]:
+        """Every node of the definition, as the driver lists them (``cuGraphGetNodes``)."""
+        self._check_open()
+        err, _, count = driver.cuGraphGetNodes(self._handle, 0)
+        if err:
+            raise_status(err, "cuGraphGetNodes")
+        if not count:
+            return frozenset()
+        err, handles, count = driver.cuGraphGetNodes(self._handle, count)
+        if err:
+            raise_status(err, "cuGraphGetNodes")
+        return frozenset(self._wrap(h) for h in list(handles)[:count])
+
+    @property
+    def edges(self) -> frozenset[tuple[Node, Node]]:
+        """Every edge ``(from, to)`` of the definition, as the driver lists them (``cuGraphGetEdges``)."""
+        self._check_open()
+        err, _, _, count = _compat.get_edges(self._handle, 0)
+        if err:
+            raise_status(err, "cuGraphGetEdges")
+        if not count:
+            return frozenset()
+        err, froms, tos, count = _compat.get_edges(self._handle, count)
+        if err:
+            raise_status(err, "cuGraphGetEdges")
+        return frozenset((self._wrap(a), self._wrap(b)) for a, b in list(zip(froms, tos, strict=False))[:count])
+
+    def _neighbours(self, node: Node, incoming: bool) -> list[Node]:
+        query = _compat.node_dependencies if incoming else _compat.node_dependents
+        call = "cuGraphNodeGetDependencies" if incoming else "cuGraphNodeGetDependentNodes"
+        err, _, count = query(node._handle, 0)
+        if err:
+            raise_status(err, call)
+        if not count:
+            return []
+        err, handles, count = query(node._handle, count)
+        if err:
+            raise_status(err, call)
+        return [self._wrap(h) for h in handles[:count]]
+
+    # --- owners (G5) ---
+
+    def _retain(self, owners: Iterable[object]) -> list[int]:
+        """Keep ``owners`` alive with this definition; return the keys newly added."""
+        added: list[int] = []
+        for owner in owners:
+            key = _owner_key(owner)
+            if key not in self._owners:
+                self._owners[key] = owner
+                added.append(key)
+        return added
+
+    def _unretain(self, keys: list[int]) -> None:
+        """Forget owners added for a mutation that did not happen (nothing in CUDA uses them)."""
+        for key in keys:
+            self._owners.pop(key, None)
+
+    def _note_context(self, context: Context | None) -> None:
+        if self._context is None and context is not None:
+            self._context = context
+
+    # --- edges (B4) ---
+
+    def _apply_edges(self, removes: list[tuple[Node, Node]], adds: list[tuple[Node, Node]]) -> None:
+        """Remove then add edges, one driver call each; undo in reverse on failure (B4, G3, G4)."""
+        for a, b in (*removes, *adds):
+            a._check_live()
+            b._check_live()
+        done: list[tuple[bool, Node, Node]] = []
+        try:
+            for a, b in removes:
+                err = _compat.remove_edge(self._handle, a._handle, b._handle)
+                if err:
+                    raise CUDAError(err, "cuGraphRemoveDependencies", f"removing the edge {a!r} -> {b!r}")
+                done.append((False, a, b))
+            for a, b in adds:
+                err = _compat.add_edge(self._handle, a._handle, b._handle)
+                if err:
+                    raise CUDAError(err, "cuGraphAddDependencies", f"adding the edge {a!r} -> {b!r}")
+                done.append((True, a, b))
+        except BaseException as exc:
+            self._undo_edges(done, exc)
+            raise
+
+    def _undo_edges(self, done: list[tuple[bool, Node, Node]], exc: BaseException) -> None:
+        for added, a, b in reversed(done):
+            try:
+                if added:
+                    err = _compat.remove_edge(self._handle, a._handle, b._handle)
+                    call, left = "cuGraphRemoveDependencies", f"the added edge {a!r} -> {b!r} remains"
+                else:
+                    err = _compat.add_edge(self._handle, a._handle, b._handle)
+                    call, left = "cuGraphAddDependencies", f"the removed edge {a!r} -> {b!r} stays removed"
+            except Exception as undo_exc:  # noqa: BLE001 - attached as a note (G4)
+                add_failure_note(exc, undo_exc)
+                continue
+            if err:
+                add_failure_note(exc, CUDAError(err, call, f"undo failed: {left}"))
+
+    def connect(self, *edges: tuple[Node, Node]) -> None:
+        """Add the edges ``(from, to)``, all or none.
+
+        Strict, unlike the set views: an edge that exists already, an edge
+        given twice, a self edge or a node of another definition raise
+        ``ValueError`` before any driver call. Edges are added one driver call
+        each, in the order given; on failure the added ones are removed again
+        in reverse order (an edge whose removal fails remains and is named in a
+        note on the exception).
+        """
+        self._check_open()
+        pairs = self._pairs(edges)
+        for a, b in pairs:
+            if a is b:
+                raise ValueError(f"a node cannot depend on itself: {a!r}")
+        current = self._edges_from({a for a, _ in pairs})
+        for a, b in pairs:
+            if (a, b) in current:
+                raise ValueError(f"the edge {a!r} -> {b!r} exists already")
+        self._apply_edges([], pairs)
+
+    def disconnect(self, *edges: tuple[Node, Node]) -> None:
+        """Remove the edges ``(from, to)``, all or none.
+
+        An edge that does not exist or is given twice raises ``ValueError``
+        before any driver call. Edges are removed one driver call each, in the
+        order given; on failure the removed ones are added back in reverse
+        order (an edge that cannot be added back stays removed and is named in
+        a note on the exception).
+        """
+        self._check_open()
+        pairs = self._pairs(edges)
+        current = self._edges_from({a for a, _ in pairs})
+        for a, b in pairs:
+            if (a, b) not in current:
+                raise ValueError(f"there is no edge {a!r} -> {b!r}")
+        self._apply_edges(pairs, [])
+
+    def _pairs(self, edges: Iterable[object]) -> list[tuple[Node, Node]]:
+        pairs: list[tuple[Node, Node]] = []
+        seen: set[tuple[int, int]] = set()
+        for edge in edges:
+            if not isinstance(edge, tuple) or len(edge) != 2:
+                raise TypeError(f"an edge is a (from, to) tuple of nodes, not {edge!r}")
+            a, b = self._own(edge[0]), self._own(edge[1])
+            key = (id(a), id(b))
+            if key in seen:
+                raise ValueError(f"the edge {a!r} -> {b!r} is given twice")
+            seen.add(key)
+            pairs.append((a, b))
+        return pairs
+
+    def _edges_from(self, sources: set[Node]) -> set[tuple[Node, Node]]:
+        return {(a, b) for a in sources for b in self._neighbours(a, incoming=False)}
+
+    # --- adding nodes ---
+
+    def _deps(self, deps: Iterable[object]) -> list[Node]:
+        out: list[Node] = []
+        for dep in deps:
+            node = self._own(dep)
+            if node in out:
+                raise ValueError(f"{node!r} is given twice as a dependency")
+            out.append(node)
+        return out
+
+    def _add(
+        self,
+        kind: str,
+        deps: Iterable[object],
+        create: Callable[[], Any],
+        call: str,
+        *,
+        owners: Iterable[object] = (),
+        info: dict[str, Any] | None = None,
+        context: Context | None = None,
+    ) -> Node:
+        """Create a node with no dependencies, then add its edges; all-or-nothing.
+
+        ``create()`` makes the driver call and returns its result tuple. The
+        owners are kept alive before the call (G5); if the node ends up not
+        created (or destroyed again), those newly kept are dropped.
+        """
+        self._check_open()
+        dep_nodes = self._deps(deps)
+        added = self._retain(owners)
+        try:
+            err, handle = create()
+        except BaseException:
+            self._unretain(added)
+            raise
+        if err:
+            self._unretain(added)
+            raise_status(err, call)
+        node = Node._make(self, handle, kind, self._next_order, info or {})
+        self._next_order += 1
+        self._nodes[node._int] = node  # published: from here on it is part of the definition
+        self._note_context(context)
+        try:
+            for dep in dep_nodes:
+                err = _compat.add_edge(self._handle, dep._handle, node._handle)
+                if err:
+                    raise CUDAError(err, "cuGraphAddDependencies", f"adding the edge {dep!r} -> {node!r}")
+        except BaseException as exc:
+            node._state = _DESTROYED
+            try:
+                (derr,) = driver.cuGraphDestroyNode(node._handle)
+            except Exception as undo_exc:  # noqa: BLE001 - attached as a note (G4)
+                add_failure_note(exc, undo_exc)
+                derr = None
+                node._state = _LEAKED
+            if node._state == _LEAKED:
+                pass
+            elif derr:
+                node._state = _LEAKED
+                add_failure_note(
+                    exc,
+                    CUDAError(
+                        derr, "cuGraphDestroyNode",
+                        f"undo failed: the new {node!r} was leaked; it stays in the definition with the edges added "
+                        "before the failure",
+                    ),
+                )
+            else:
+                self._nodes.pop(node._int, None)
+                self._unretain(added)
+            raise
+        return node
+
+    def empty(self, *deps: Node) -> Node:
+        """An empty node depending on ``deps`` (a join point when there are several)."""
+        self._check_open()
+        return self._add(
+            "empty", deps, lambda: driver.cuGraphAddEmptyNode(self._handle, None, 0), "cuGraphAddEmptyNode"
+        )
+
+    def join(self, *nodes: Node) -> Node:
+        """An empty node depending on every node of ``nodes``."""
+        return self.empty(*nodes)
+
+    def memset(
+        self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1, deps: Iterable[Node] = ()
+    ) -> Node:
+        """A node setting ``size`` bytes (default: all) of ``dst`` to ``value``.
+
+        ``element_size`` (1, 2 or 4) is the width of ``value``; ``size`` must
+        be a multiple of it. Keeps ``dst`` alive (see the class docstring).
+        """
+        if not isinstance(dst, Buffer):
+            raise TypeError(f"dst must be a Buffer, not {type(dst).__name__}")
+        if element_size not in (1, 2, 4):
+            raise ValueError(f"element_size must be 1, 2 or 4, not {element_size!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << (8 * element_size):
+            raise ValueError(f"value must be an int that fits in {element_size} byte(s), not {value!r}")
+        nbytes = dst.size if size is None else _size_arg(size)
+        if nbytes > dst.size or nbytes % element_size or nbytes == 0:
+            raise ValueError(f"size {nbytes} must be 1..{dst.size} bytes and a multiple of {element_size}")
+        dst._check_open()
+        params = _types().CUDA_MEMSET_NODE_PARAMS()
+        params.dst = dst.handle
+        params.value = value
+        params.elementSize = element_size
+        params.width = nbytes // element_size
+        params.height = 1
+        params.pitch = 0
+        ctx = dst.context
+        return self._add(
+            "memset", deps,
+            lambda: driver.cuGraphAddMemsetNode(self._handle, None, 0, params, ctx.handle),
+            "cuGraphAddMemsetNode", owners=(dst,), info={"dst": dst, "value": value, "size": nbytes}, context=ctx,
+        )
+
+    def memcpy(
+        self, dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None = None,
+        *, deps: Iterable[Node] = (),
+    ) -> Node:
+        """A node copying ``size`` bytes (default: all of the smaller) from ``src`` to ``dst``.
+
+        Each side is a device :class:`~cuguard.resources.Buffer` or a
+        :class:`~cuguard.resources.PinnedBuffer`. Keeps both alive.
+        """
+        for name, obj in (("dst", dst), ("src", src)):
+            if not isinstance(obj, Buffer | PinnedBuffer):
+                raise TypeError(f"{name} must be a Buffer or PinnedBuffer, not {type(obj).__name__}")
+        nbytes = min(dst.size, src.size) if size is None else _size_arg(size)
+        if nbytes == 0 or nbytes > dst.size or nbytes > src.size:
+            raise ValueError(f"size {nbytes} must be 1..{min(dst.size, src.size)} bytes")
+        dst._check_open()
+        src._check_open()
+        types = _types()
+        params = types.CUDA_MEMCPY3D()
+        device_type = types.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        host_type = types.CUmemorytype.CU_MEMORYTYPE_HOST
+        if isinstance(src, Buffer):
+            params.srcMemoryType = device_type
+            params.srcDevice = src.handle
+        else:
+            params.srcMemoryType = host_type
+            params.srcHost = src.address
+        if isinstance(dst, Buffer):
+            params.dstMemoryType = device_type
+            params.dstDevice = dst.handle
+        else:
+            params.dstMemoryType = host_type
+            params.dstHost = dst.address
+        params.srcPitch = params.dstPitch = nbytes
+        params.srcHeight = params.dstHeight = 1
+        params.WidthInBytes = nbytes
+        params.Height = 1
+        params.Depth = 1
+        ctx = dst.context if isinstance(dst, Buffer) or not isinstance(src, Buffer) else src.context
+        return self._add(
+            "memcpy", deps,
+            lambda: driver.cuGraphAddMemcpyNode(self._handle, None, 0, params, ctx.handle),
+            "cuGraphAddMemcpyNode", owners=(dst, src), info={"dst": dst, "src": src, "size": nbytes}, context=ctx,
+        )
+
+    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any, deps: Iterable[Node] = ()) -> Node:
+        """A kernel node running ``kernel`` with ``config`` and ``args`` (see ``pack_args``).
+
+        Keeps the kernel, its module and every buffer in ``args`` alive.
+        Parameters can be changed later with :meth:`Node.set_params`.
+        """
+        params, owners = _kernel_params(config, kernel, args)
+        assert isinstance(kernel, Kernel)
+        return self._add(
+            "kernel", deps,
+            lambda: driver.cuGraphAddKernelNode(self._handle, None, 0, params),
+            "cuGraphAddKernelNode", owners=owners,
+            info={"config": config, "kernel": kernel, "args": args, "_params": params}, context=kernel.module.context,
+        )
+
+    def callback(self, fn: Callable[[], object], *, deps: Iterable[Node] = ()) -> Node:
+        """A host node calling ``fn()`` on a driver thread each time the graph runs.
+
+        An exception raised by ``fn`` goes to ``sys.unraisablehook`` and the
+        graph carries on (W6). ``fn`` must not call CUDA. It is kept alive as
+        long as any graph may call it.
+        """
+        if not callable(fn):
+            raise TypeError(f"a host callback must be callable, not {type(fn).__name__}")
+        types = _types()
+        entry = _lifetime.HostCallback(fn)
+        params = types.CUDA_HOST_NODE_PARAMS()
+        params.fn = types.CUhostFn(_lifetime.host_thunk_address())
+        params.userData = entry.token
+        return self._add(
+            "host", deps,
+            lambda: driver.cuGraphAddHostNode(self._handle, None, 0, params),
+            "cuGraphAddHostNode", owners=(entry,), info={"fn": fn},
+        )
+
+    def record(self, event: Event, *, deps: Iterable[Node] = ()) -> Node:
+        """A node recording ``event`` when the graph reaches it; keeps the event alive."""
+        if not isinstance(event, Event):
+            raise TypeError(f"event must be an Event, not {type(event).__name__}")
+        handle = event.handle
+        return self._add(
+            "event_record", deps,
+            lambda: driver.cuGraphAddEventRecordNode(self._handle, None, 0, handle),
+            "cuGraphAddEventRecordNode", owners=(event,), info={"event": event}, context=event.context,
+        )
+
+    def wait(self, event: Event, *, deps: Iterable[Node] = ()) -> Node:
+        """A node making the graph wait for ``event``'s last record; keeps the event alive."""
+        if not isinstance(event, Event):
+            raise TypeError(f"event must be an Event, not {type(event).__name__}")
+        handle = event.handle
+        return self._add(
+            "wait_event", deps,
+            lambda: driver.cuGraphAddEventWaitNode(self._handle, None, 0, handle),
+            "cuGraphAddEventWaitNode", owners=(event,), info={"event": event}, context=event.context,
+        )
+
+    def allocate(self, size: int, *, device: Device | int | None = None, deps: Iterable[Node] = ()) -> Node:
+        """A node allocating ``size`` bytes of device memory; its address is ``node.ptr``.
+
+        ``device`` defaults to the definition's device. The memory belongs to
+        the graph: free it with a :meth:`deallocate` node (CUDA's rules for
+        graph memory apply: an executable graph whose allocation was not freed
+        cannot be launched again until it is).
+        """
+        nbytes = _size_arg(size)
+        if nbytes == 0:
+            raise ValueError("size must be 1 or more")
+        if device is None:
+            if self._context is None:
+                raise ValueError("allocate() needs a device: pass device=, or create the definition with one")
+            ordinal = self._context.device
+        else:
+            ordinal = _ordinal_of(device)
+        types = _types()
+        params = types.CUDA_MEM_ALLOC_NODE_PARAMS()
+        params.poolProps.allocType = types.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        params.poolProps.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        params.poolProps.location.id = ordinal
+        params.bytesize = nbytes
+        info: dict[str, Any] = {"size": nbytes, "device": ordinal}
+        node = self._add(
+            "mem_alloc", deps,
+            lambda: driver.cuGraphAddMemAllocNode(self._handle, None, 0, params),
+            "cuGraphAddMemAllocNode", info=info,
+        )
+        info["ptr"] = int(params.dptr)
+        return node
+
+    def deallocate(self, ptr: int | Node, *, deps: Iterable[Node] = ()) -> Node:
+        """A node freeing graph memory: ``ptr`` is an address or the :meth:`allocate` node."""
+        address = ptr.ptr if isinstance(ptr, Node) else ptr
+        if isinstance(address, bool) or not isinstance(address, int) or address <= 0:
+            raise TypeError(f"ptr must be a device address or an allocation node, not {ptr!r}")
+        dptr = _types().CUdeviceptr(address)
+        return self._add(
+            "mem_free", deps,
+            lambda: driver.cuGraphAddMemFreeNode(self._handle, None, 0, dptr),
+            "cuGraphAddMemFreeNode", info={"ptr": address},
+        )
+
+    def embed(self, child: GraphDefinition, *, deps: Iterable[Node] = ()) -> Node:
+        """A node running a copy of ``child`` (CUDA copies the child graph now).
+
+        Later changes to ``child`` do not affect the node. Everything the
+        child's nodes use is kept alive by this definition too.
+        """
+        if not isinstance(child, GraphDefinition):
+            raise TypeError(f"child must be a GraphDefinition, not {type(child).__name__}")
+        if child is self:
+            raise ValueError("a graph definition cannot embed itself")
+        child_handle = child.handle
+        owners = list(child._owners.values())
+        return self._add(
+            "graph", deps,
+            lambda: driver.cuGraphAddChildGraphNode(self._handle, None, 0, child_handle),
+            "cuGraphAddChildGraphNode", owners=owners, info={"child": child._int}, context=child._context,
+        )
+
+    # --- whole-graph operations ---
+
+    def clone(self) -> GraphDefinition:
+        """An independent copy of the definition (``cuGraphClone``).
+
+        The copy keeps everything the nodes use alive on its own. Map a node
+        of this definition to its copy with ``copy.find_node(node)``. Creates
+        nothing when it raises (G1): a partly built copy is destroyed.
+        """
+        self._check_open()
+        err, handle = driver.cuGraphClone(self._handle)
+        if err:
+            raise_status(err, "cuGraphClone")
+        copy = GraphDefinition._adopt(handle, self._context, dict(self._owners), self._next_order)
+        try:
+            for node in sorted(self._nodes.values(), key=_order):
+                if node._state != _LIVE:
+                    continue  # a leaked node's handle is never used again; its copy is wrapped when listed
+                err, found = driver.cuGraphNodeFindInClone(node._handle, handle)
+                if err:
+                    raise_status(err, "cuGraphNodeFindInClone")
+                twin = Node._make(copy, found, node._kind, node._order, dict(node._info))
+                copy._nodes[twin._int] = twin
+                copy._found[node._int] = twin
+        except BaseException as exc:
+            copy._discard(exc)
+            raise
+        copy._source = self._int
+        return copy
+
+    def find_node(self, original: Node) -> Node:
+        """The node of this clone that copies ``original`` (a node of the definition it was cloned from)."""
+        self._check_open()
+        if not isinstance(original, Node):
+            raise TypeError(f"expected a graph Node, not {type(original).__name__}")
+        twin = self._found.get(original._int) if original._graph._int == self._source else None
+        if twin is None:
+            raise ValueError(f"{original!r} is not a node of the definition {self!r} was cloned from")
+        return twin
+
+    def _signature(self) -> tuple[tuple[str, ...], frozenset[tuple[int, int]], list[Node]]:
+        nodes = sorted(self.nodes, key=_order)
+        index = {node: i for i, node in enumerate(nodes)}
+        edges = frozenset((index[a], index[b]) for a, b in self.edges)
+        return tuple(n._kind for n in nodes), edges, nodes
+
+    def instantiate(self) -> Graph:
+        """An executable :class:`Graph` made from the definition (``cuGraphInstantiate``).
+
+        Runs in the definition's context when it has one (switching only if
+        needed, restoring the caller's). Creates nothing when it raises (G1).
+        The executable graph keeps what the nodes use alive by itself: the
+        definition may be closed or changed afterwards.
+        """
+        self._check_open()
+        kinds, edges, _ = self._signature()
+        context = self._context
+        if context is None:
+            handle = _instantiate(self._handle)
+        else:
+            handle = call_in(context, _instantiate, _exec_destroy, self._handle)
+        return Graph._make(handle, context, self._owners, (kinds, edges))
+
+    def close(self) -> None:
+        """Destroy the graph now (``cuGraphDestroy``). Idempotent.
+
+        Executable graphs made from it are unaffected. If the driver refuses,
+        :class:`~cuguard.errors.CUDAError` is raised and the graph is leaked
+        (never destroyed again).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        (err,) = driver.cuGraphDestroy(self._handle)
+        if err:
+            raise CUDAError(err, "cuGraphDestroy", f"graph {format_handle(self._int)} was leaked")
+
+    def _discard(self, exc: BaseException) -> None:
+        try:
+            self.close()
+        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
+            add_failure_note(exc, failure)
+
+    def __enter__(self) -> GraphDefinition:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self._discard(exc)
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True) or sys.is_finalizing():
+            return
+        self._closed = True
+        try:
+            (err,) = driver.cuGraphDestroy(self._handle)
+        except CUDAError as exc:  # the driver itself is gone
+            report_error(exc, self._handle, "the graph was leaked")
+            return
+        if err:
+            report(err, "cuGraphDestroy", self._handle, "the graph was leaked")
+
+
+def _attach_payload(graph: Any, owners: dict[int, object]) -> None:
+    """Create the user object of ``owners`` and move it into ``graph``; create nothing on failure."""
+    token = _lifetime.register_payload(owners)
+    err, obj = driver.cuUserObjectCreate(
+        token, _types().CUhostFn(_lifetime.destructor_address()), 1, _NO_DESTRUCTOR_SYNC
+    )
+    if err:
+        _lifetime.unregister_payload(token)
+        raise_status(err, "cuUserObjectCreate")
+    (err,) = driver.cuGraphRetainUserObject(graph, obj, 1, _RETAIN_MOVE)
+    if err:
+        error = CUDAError(err, "cuGraphRetainUserObject")
+        (rerr,) = driver.cuUserObjectRelease(obj, 1)  # its destructor queues the (unused) payload's release
+        if rerr:
+            add_failure_note(error, rerr, "cuUserObjectRelease", obj)
+        raise error
+
+
+def _instantiate(graph: Any) -> Any:
+    err, handle = driver.cuGraphInstantiate(graph, 0)
+    if err:
+        raise_status(err, "cuGraphInstantiate")
+    return handle
+
+
+def _exec_destroy(handle: Any) -> None:
+    (err,) = driver.cuGraphExecDestroy(handle)
+    if err:
+        raise_status(err, "cuGraphExecDestroy")
+
+
+# --- executable graphs -----------------------------------------------------------------------
+
+
+class Graph:
+    """An executable graph (a ``CUgraphExec``), made by :meth:`GraphDefinition.instantiate`.
+
+    :meth:`launch` queues it on a stream; :meth:`upload` prepares it;
+    :meth:`update` changes its parameters to those of another definition of
+    the same shape. It keeps what its nodes use alive (through the CUDA user
+    object it inherited), also while launches are in flight after it is
+    closed. :meth:`close` (or ``with``, or garbage collection) destroys it.
+    """
+
+    __slots__ = ("__weakref__", "_closed", "_context", "_handle", "_int", "_owners", "_signature")
+
+    _handle: Any
+    _int: int
+    _closed: bool
+    _context: Context | None
+    _owners: dict[int, object]
+    _signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]]
+
+    def __init__(self) -> None:
+        raise TypeError("use GraphDefinition.instantiate()")
+
+    @classmethod
+    def _make(
+        cls, handle: Any, context: Context | None, owners: dict[int, object],
+        signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
+    ) -> Graph:
+        self = object.__new__(cls)
+        self._handle = handle
+        self._int = int(handle)
+        self._closed = False
+        self._context = context
+        self._owners = owners
+        self._signature = signature
+        return self
+
+    @property
+    def handle(self) -> Any:
+        """The ``CUgraphExec``; raises ``ResourceClosedError`` once closed."""
+        self._check_open()
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ResourceClosedError(f"{self!r} is closed")
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<Graph {format_handle(self._int)}{state}>"
+
+    def launch(self, stream: Stream) -> None:
+        """Queue one run of the graph on ``stream``; raises :class:`~cuguard.errors.CUDAError` if refused."""
+        self._check_open()
+        if not isinstance(stream, Stream):
+            raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+        (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
+        if err:
+            raise_status(err, "cuGraphLaunch")
+
+    def upload(self, stream: Stream) -> None:
+        """Upload the graph's work to the device ahead of a launch, ordered on ``stream``."""
+        self._check_open()
+        if not isinstance(stream, Stream):
+            raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+        (err,) = driver.cuGraphUpload(self._handle, stream.handle)
+        if err:
+            raise_status(err, "cuGraphUpload")
+
+    def update(self, definition: GraphDefinition) -> None:
+        """Take the node parameters of ``definition``, which must have the same shape (``cuGraphExecUpdate``).
+
+        Same shape: the same node kinds in the same creation order, with the
+        same edges (a clone of the instantiated definition, changed with
+        :meth:`Node.set_params`, has it). cuguard checks this first and raises
+        :class:`GraphUpdateError` (a ``ValueError`` and a ``CUDAError``)
+        saying what differs, before any driver call. If the driver refuses
+        for another reason, :class:`GraphUpdateError` is raised too. Either
+        way this graph is unchanged and usable. What ``definition``'s nodes
+        use is kept alive by this graph from before the driver call; after a
+        refused update it stays alive until the graph is gone (a leak, never a
+        dangle).
+        """
+        self._check_open()
+        if not isinstance(definition, GraphDefinition):
+            raise TypeError(f"definition must be a GraphDefinition, not {type(definition).__name__}")
+        definition._check_open()
+        kinds, edges, nodes = definition._signature()
+        _explain_mismatch(self._signature, (kinds, edges), nodes)
+        for key, owner in list(definition._owners.items()):
+            self._owners.setdefault(key, owner)
+        result = driver.cuGraphExecUpdate(self._handle, definition._handle)
+        err = result[0]
+        if err:
+            if int(err) == _GRAPH_EXEC_UPDATE_FAILURE:
+                info = result[1] if len(result) > 1 else None
+                reason = _result_name(getattr(info, "result", None)) if info is not None else None
+                raise GraphUpdateError(
+                    reason or "CU_GRAPH_EXEC_UPDATE_ERROR",
+                    "the driver refused the update for a reason other than the graph's shape (e.g. a kernel or "
+                    "context changed in a way CUDA cannot apply)",
+                )
+            raise_status(err, "cuGraphExecUpdate")
+        self._signature = (kinds, edges)
+
+    def close(self) -> None:
+        """Destroy the executable graph now (``cuGraphExecDestroy``). Idempotent.
+
+        Launches in flight complete; what they use stays alive until then.
+        If the driver refuses, :class:`~cuguard.errors.CUDAError` is raised
+        and the executable graph is leaked (never destroyed again).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        (err,) = driver.cuGraphExecDestroy(self._handle)
+        if err:
+            raise CUDAError(err, "cuGraphExecDestroy", f"executable graph {format_handle(self._int)} was leaked")
+
+    def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
+            add_failure_note(exc, failure)
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True) or sys.is_finalizing():
+            return
+        self._closed = True
+        try:
+            (err,) = driver.cuGraphExecDestroy(self._handle)
+        except CUDAError as exc:
+            report_error(exc, self._handle, "the executable graph was leaked")
+            return
+        if err:
+            report(err, "cuGraphExecDestroy", self._handle, "the executable graph was leaked")
+
+
+def _result_name(value: object) -> str | None:
+    if value is None:
+        return None
+    name = getattr(value, "name", None)
+    return str(name) if name else None
+
+
+def _explain_mismatch(
+    old: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
+    new: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
+    nodes: list[Node],
+) -> None:
+    """Raise :class:`GraphUpdateError` saying how ``new``'s shape differs from ``old``'s; nothing if equal."""
+    old_kinds, old_edges = old
+    new_kinds, new_edges = new
+    if len(old_kinds) != len(new_kinds):
+        _refuse("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED",
+                f"the definition has {len(new_kinds)} nodes, the executable graph {len(old_kinds)}")
+    for i, (was, now) in enumerate(zip(old_kinds, new_kinds, strict=True)):
+        if was != now:
+            _refuse("CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED",
+                    f"node {i} in creation order ({nodes[i]!r}) is a {now} node, in the executable graph a {was} node")
+    if old_edges != new_edges:
+        extra = sorted(new_edges - old_edges)
+        missing = sorted(old_edges - new_edges)
+        parts = []
+        if extra:
+            parts.append(
+                "edges only in the definition: " + ", ".join(f"{nodes[a]!r} -> {nodes[b]!r}" for a, b in extra)
+            )
+        if missing:
+            parts.append("edges missing from the definition (by creation index): "
+                         + ", ".join(f"{a} -> {b}" for a, b in missing))
+        _refuse("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED", "; ".join(parts))
+
+
+def _refuse(reason: str, detail: str) -> NoReturn:
+    raise GraphUpdateError(reason, detail, call=None)
+
