@@ -12,6 +12,10 @@ Sessions
   layers it depends on, cuguard-testing (once it exists) and the test tools; runs that
   package's ``tests/``. Packages in ``BOTH_BINDINGS_MAJORS`` run against cuda-bindings
   12.9.x and 13.x, the others against 13.x.
+- ``demo``: runs the README's tour (``examples/tour.py``) with the runtime layers and
+  cuguard-testing installed; with no GPU it runs on the simulated driver.
+- ``differential``: runs the simulator-versus-driver scenarios (``scripts/differential.py``);
+  with no GPU only on the simulator, which checks that every scenario runs.
 - ``build``: builds the sdist and wheel of every package and of the meta-package in
   isolation (dependencies from the index, never from the tree), then
   ``.ci/check_dists.py`` checks the built metadata against the tree.
@@ -42,7 +46,7 @@ ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
 
 # What the default run (`nox`, and so `.ci/run`) runs, in this order.
-DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "build"]
+DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "demo", "differential", "build"]
 nox.options.sessions = DEFAULT_SESSIONS
 
 # Tool versions are pinned so that a new release of a checker cannot break a clean tree.
@@ -201,3 +205,18 @@ def build(session: nox.Session) -> None:
     for path in [*(p.path for p in PACKAGES.values()), ROOT]:
         session.run("python", "-m", "build", "--installer=uv", "--outdir", str(out), str(path), silent=True)
     session.run("python", str(ROOT / ".ci" / "check_dists.py"), str(out))
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Run the README's tour, as a new user would."""
+    _install_local(session, list(PACKAGES.values()), "numpy>=1.26")
+    session.run("python", str(ROOT / "examples" / "tour.py"))
+
+
+@nox.session
+def differential(session: nox.Session) -> None:
+    """The differential scenarios; simulator only unless ``-- --real`` on a GPU machine."""
+    _install_local(session, _closure([TESTING_DIST]))
+    real = "--real" in session.posargs
+    session.run("python", str(ROOT / "scripts" / "differential.py"), *([] if real else ["--sim-only"]))
