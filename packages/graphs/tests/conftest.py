@@ -1,0 +1,111 @@
+"""Fixtures of the graph layer's tests (simulated driver by default, ``--cuguard-driver=real`` on a GPU)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cuda.bindings import driver as cb
+
+from cuguard.errors import driver
+from cuguard.graphs import flush_deferred
+from cuguard.resources import Device, Module, Program, Stream
+from cuguard.testing import SimulatedDriver
+
+KERNELS_CU = r"""
+extern "C" __global__ void fill_u32(unsigned int* out, unsigned int value, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = value;
+}
+extern "C" __global__ void add_u32(unsigned int* out, unsigned int value, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] += value;
+}
+"""
+
+KERNELS_PTX = b"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry fill_u32(.param .u64 out, .param .u32 value, .param .u64 n) { ret; }
+.visible .entry add_u32(.param .u64 out, .param .u32 value, .param .u64 n) { ret; }
+"""
+
+
+def _emulate(sim: SimulatedDriver) -> None:
+    def fill_u32(s: Any, out: int, value: int, n: int) -> None:
+        s.write(out, int(value).to_bytes(4, "little") * int(n))
+
+    def add_u32(s: Any, out: int, value: int, n: int) -> None:
+        data = bytearray(s.read(out, 4 * int(n)))
+        for i in range(int(n)):
+            v = (int.from_bytes(data[4 * i : 4 * i + 4], "little") + int(value)) & 0xFFFFFFFF
+            data[4 * i : 4 * i + 4] = v.to_bytes(4, "little")
+        s.write(out, bytes(data))
+
+    sim.register_kernel("fill_u32", fill_u32)
+    sim.register_kernel("add_u32", add_u32)
+
+
+def _find_in_clone(self: Any, hOriginalNode: Any, hClonedGraph: Any) -> tuple[Any, ...]:
+    """Stand-in for the simulator's missing cuGraphNodeFindInClone (valid right after cuGraphClone).
+
+    The simulator copies nodes in the source's insertion order, so the k-th node of the
+    source maps to the k-th node of the clone as long as the source did not change since.
+    """
+    with self._lock:
+        node = self._nodes.get(int(hOriginalNode))
+        clone = self._graphs.get(int(hClonedGraph))
+        if node is None or clone is None or node.destroyed:
+            return (cb.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        index = list(node.graph.nodes).index(node.handle)
+        handles = list(clone.nodes)
+        if index >= len(handles):
+            return (cb.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        return (cb.CUresult.CUDA_SUCCESS, cb.CUgraphNode(handles[index]))
+
+
+if "cuGraphNodeFindInClone" not in dir(SimulatedDriver):
+    SimulatedDriver.cuGraphNodeFindInClone = _find_in_clone  # type: ignore[attr-defined]
+
+
+def settle(drv: Any) -> None:
+    """Let CUDA deliver every user-object release and cuguard process it."""
+    for _ in range(3):
+        gc.collect()
+        if isinstance(drv, SimulatedDriver):
+            drv.drain()
+        assert flush_deferred(10)
+
+
+@pytest.fixture
+def dev(cuguard_driver: Any) -> Iterator[Device]:
+    """Device 0, with no context current before and after; graph releases settled at the end."""
+    if isinstance(cuguard_driver, SimulatedDriver):
+        _emulate(cuguard_driver)
+    device = Device(0)
+    driver.cuCtxSetCurrent(cb.CUcontext(0))
+    yield device
+    settle(cuguard_driver)
+    driver.cuCtxSetCurrent(cb.CUcontext(0))
+
+
+@pytest.fixture
+def stream(dev: Device) -> Iterator[Stream]:
+    s = dev.create_stream()
+    yield s
+    s.sync()
+    s.close()
+
+
+@pytest.fixture
+def module(dev: Device, cuguard_driver: Any) -> Module:
+    """The test kernels' module (not closed here: graphs in the tests may keep it alive)."""
+    if isinstance(cuguard_driver, SimulatedDriver):
+        image: bytes = KERNELS_PTX
+    else:
+        major, minor = dev.compute_capability
+        image = Program(KERNELS_CU, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+    return dev.load_module(image)
