@@ -103,7 +103,8 @@ class GraphMachine(RuleBasedStateMachine):
         else:
             assert isinstance(raised, expected.error), f"expected {expected.error.__name__}, got {raised!r}"
             if expected.driver_error:
-                assert isinstance(raised, CUDAError) and raised.code == FAULT_CODE, raised
+                assert isinstance(raised, CUDAError)
+                assert raised.code == FAULT_CODE, raised
                 notes = [n for n in getattr(raised, "__notes__", []) if "cleanup also failed" in n]
                 assert len(notes) == expected.notes, (notes, expected.notes)
             else:  # E3: refused before any mutating driver call
