@@ -220,3 +220,26 @@ def differential(session: nox.Session) -> None:
     _install_local(session, _closure([TESTING_DIST]))
     real = "--real" in session.posargs
     session.run("python", str(ROOT / "scripts" / "differential.py"), *([] if real else ["--sim-only"]))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The overhead benchmark on the simulated driver: relative figures between commits, never GPU numbers.
+
+    Runs ``benchmarks/overhead.py --driver sim --quick``; the JSON goes to the session's tmp
+    directory (arguments after ``--`` go to the benchmark, e.g. ``-- --out results.json``).
+    Not part of the default run.
+    """
+    wanted = [dist for dist in ("cuguard-resources", "cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
+    _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR])
+    out = Path(session.create_tmp()) / "overhead-sim.json"
+    session.run(
+        "python",
+        str(ROOT / "benchmarks" / "overhead.py"),
+        "--driver",
+        "sim",
+        "--quick",
+        "--out",
+        str(out),
+        *session.posargs,
+    )
