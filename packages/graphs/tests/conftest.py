@@ -86,6 +86,7 @@ def dev(cuguard_driver: Any) -> Iterator[Device]:
     if isinstance(cuguard_driver, SimulatedDriver):
         _emulate(cuguard_driver)
     device = Device(0)
+    device.context  # noqa: B018 - retain the primary context before any leak check starts
     driver.cuCtxSetCurrent(cb.CUcontext(0))
     yield device
     settle(cuguard_driver)
@@ -101,11 +102,15 @@ def stream(dev: Device) -> Iterator[Stream]:
 
 
 @pytest.fixture
-def module(dev: Device, cuguard_driver: Any) -> Module:
-    """The test kernels' module (not closed here: graphs in the tests may keep it alive)."""
+def kernel_image(dev: Device, cuguard_driver: Any) -> bytes:
+    """The test kernels: PTX for the simulator, a cubin compiled for the GPU on the real driver."""
     if isinstance(cuguard_driver, SimulatedDriver):
-        image: bytes = KERNELS_PTX
-    else:
-        major, minor = dev.compute_capability
-        image = Program(KERNELS_CU, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
-    return dev.load_module(image)
+        return KERNELS_PTX
+    major, minor = dev.compute_capability
+    return Program(KERNELS_CU, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+
+
+@pytest.fixture
+def module(dev: Device, kernel_image: bytes) -> Module:
+    """The test kernels' module (not closed here: graphs in the tests may keep it alive)."""
+    return dev.load_module(kernel_image)

@@ -1136,9 +1136,16 @@ class GraphDefinition:
         if self._closed:
             return
         self._closed = True
+        self._forget()
         (err,) = driver.cuGraphDestroy(self._handle)
         if err:
             raise CUDAError(err, "cuGraphDestroy", f"graph {format_handle(self._int)} was leaked")
+
+    def _forget(self) -> None:
+        """Drop this object's own references to nodes and owners (the payload keeps what CUDA may use)."""
+        self._nodes = {}
+        self._found = {}
+        self._owners = {}
 
     def _discard(self, exc: BaseException) -> None:
         try:
@@ -1159,6 +1166,7 @@ class GraphDefinition:
         if getattr(self, "_closed", True) or sys.is_finalizing():
             return
         self._closed = True
+        self._forget()
         try:
             (err,) = driver.cuGraphDestroy(self._handle)
         except CUDAError as exc:  # the driver itself is gone
