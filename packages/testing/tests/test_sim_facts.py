@@ -16,6 +16,8 @@ from cuda.bindings import driver as cb
 from cuguard.testing._sim import SimulatedCrash, SimulatedDriver, simulated_driver
 from cuguard.testing._sim.facts import STICKY_EXEMPT, STICKY_OBSERVED_FAILS, STICKY_OBSERVED_SUCCEEDS
 
+pytestmark = pytest.mark.contract("B2")
+
 R = cb.CUresult
 OK = R.CUDA_SUCCESS
 PTX = b"""
