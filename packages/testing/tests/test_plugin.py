@@ -11,7 +11,7 @@ pytest_plugins = ["pytester"]
 
 
 @pytest.mark.contract("B3")
-def test_cuda_warning_fails_a_test_and_fixtures_work(pytester: pytest.Pytester) -> None:
+def test_cuda_warning_fails_a_test_and_fixtures_work(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> None:
     pytester.makepyfile(
         """
         import warnings
@@ -29,7 +29,9 @@ def test_cuda_warning_fails_a_test_and_fixtures_work(pytester: pytest.Pytester) 
             assert plan.fired == 0
         """
     )
-    result = pytester.runpytest("-p", "cuguard.testing.plugin")
+    # Installed, the plugin loads through its entry point; from a source tree it needs -p.
+    installed = request.config.pluginmanager.has_plugin("cuguard")
+    result = pytester.runpytest(*([] if installed else ["-p", "cuguard.testing.plugin"]))
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*1 failed, 2 passed*"])
 
