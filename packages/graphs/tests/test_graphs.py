@@ -13,7 +13,7 @@ import pytest
 from conftest import settle
 
 from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError
-from cuguard.graphs import GraphDefinition, GraphUpdateError, Node, flush_deferred
+from cuguard.graphs import GraphDefinition, GraphUpdateError, Node, flush_deferred, pending_payloads
 from cuguard.resources import Device, LaunchConfig, Module, Stream
 from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls, restore_fault
 
@@ -89,11 +89,14 @@ def test_launch_in_flight_keeps_resources_after_everything_is_closed(
     cuguard_driver: Any, dev: Device, stream: Stream, request: pytest.FixtureRequest
 ) -> None:
     if isinstance(cuguard_driver, SimulatedDriver):
-        request.applymarker(pytest.mark.xfail(
-            reason="simulator: cuGraphExecDestroy releases the executable's user-object references at once, "
-            "not when its in-flight launches complete (the real driver frees an in-flight executable on completion)",
-            strict=True,
-        ))
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="simulator: cuGraphExecDestroy releases the executable's user-object references at once, "
+                "not when its in-flight launches complete (the real driver frees an in-flight executable on "
+                "completion)",
+                strict=True,
+            )
+        )
     out = dev.allocate_pinned(32)
     release = threading.Event()
     with leak_check():
@@ -146,20 +149,27 @@ def test_failed_deferred_release_is_a_warning(sim: SimulatedDriver, dev: Device)
     buf = dev.allocate(16)
     g.memset(buf, 1)
     del buf
-    with inject("cuMemFree", 999):
-        g.close()
-        with pytest.warns(CUDAWarning, match="cuMemFree"):
-            settle(sim)
+
+    def close_and_settle() -> None:
+        g.close()  # the release runs on cuguard's daemon thread, maybe before this returns
+        settle(sim)
+
+    with inject("cuMemFree", 999), pytest.warns(CUDAWarning, match="cuMemFree"):
+        close_and_settle()
 
 
 @pytest.mark.contract("G5")
 def test_definitions_and_executables_are_released_by_gc(cuguard_driver: Any, dev: Device) -> None:
+    settle(cuguard_driver)
+    payloads = pending_payloads()
     with leak_check():
         g = GraphDefinition(dev)
         g.empty().empty()
         graph = g.instantiate()
+        assert pending_payloads() == payloads + 1
         del g, graph
         settle(cuguard_driver)
+    assert pending_payloads() == payloads  # CUDA dropped the user object; its payload was released
 
 
 # --- host callbacks (W6) ------------------------------------------------------------------------
@@ -310,9 +320,11 @@ def test_failed_clone_creates_nothing(sim: SimulatedDriver, dev: Device, call: s
 def test_failed_undo_of_connect_is_a_note_and_leaves_the_documented_edge(cuguard_driver: Any, dev: Device) -> None:
     with GraphDefinition(dev) as g:
         a, b, c, d = (g.empty() for _ in range(4))
-        with inject("cuGraphAddDependencies", OUT_OF_MEMORY, nth=3), inject(
-            "cuGraphRemoveDependencies", OUT_OF_MEMORY, nth=1
-        ), pytest.raises(CUDAError) as info:
+        with (
+            inject("cuGraphAddDependencies", OUT_OF_MEMORY, nth=3),
+            inject("cuGraphRemoveDependencies", OUT_OF_MEMORY, nth=1),
+            pytest.raises(CUDAError) as info,
+        ):
             g.connect((a, b), (a, c), (a, d))
         assert info.value.call == "cuGraphAddDependencies"
         notes = [n for n in info.value.__notes__ if "cleanup also failed" in n]
@@ -327,9 +339,11 @@ def test_failed_undo_of_connect_is_a_note_and_leaves_the_documented_edge(cuguard
 def test_failed_undo_of_add_node_leaks_the_node_and_never_destroys_it_twice(cuguard_driver: Any, dev: Device) -> None:
     with GraphDefinition(dev) as g:
         a, b = g.empty(), g.empty()
-        with inject("cuGraphAddDependencies", OUT_OF_MEMORY, nth=2), inject(
-            "cuGraphDestroyNode", OUT_OF_MEMORY
-        ), pytest.raises(CUDAError) as info:
+        with (
+            inject("cuGraphAddDependencies", OUT_OF_MEMORY, nth=2),
+            inject("cuGraphDestroyNode", OUT_OF_MEMORY),
+            pytest.raises(CUDAError) as info,
+        ):
             g.empty(a, b)
         assert any("leaked" in n for n in info.value.__notes__)
         (new,) = g.nodes - {a, b}
