@@ -311,8 +311,10 @@ class GraphMachine(RuleBasedStateMachine):
         if not self.existing:
             return
         nid = data.draw(st.sampled_from(self.existing))
-        items = [] if how == "clear" else data.draw(
-            st.lists(st.sampled_from(self.existing), max_size=1 if how == "discard" else 4)
+        items = (
+            []
+            if how == "clear"
+            else data.draw(st.lists(st.sampled_from(self.existing), max_size=1 if how == "discard" else 4))
         )
         node, others = self.by_id[nid], [self.by_id[i] for i in items]
         expected = Outcome() if how == "discard" and not items else self._view_items(nid, items)

@@ -250,7 +250,8 @@ class Node:
         if err:
             self._state = _LEAKED
             raise CUDAError(
-                err, "cuGraphDestroyNode",
+                err,
+                "cuGraphDestroyNode",
                 f"{self!r} was leaked: it stays in the definition with its edges and is never used again",
             )
         self._graph._nodes.pop(self._int, None)
@@ -526,7 +527,15 @@ class GraphDefinition:
     """
 
     __slots__ = (
-        "__weakref__", "_closed", "_context", "_found", "_handle", "_int", "_next_order", "_nodes", "_owners",
+        "__weakref__",
+        "_closed",
+        "_context",
+        "_found",
+        "_handle",
+        "_int",
+        "_next_order",
+        "_nodes",
+        "_owners",
         "_source",
     )
 
@@ -845,7 +854,8 @@ class GraphDefinition:
                 add_failure_note(
                     exc,
                     CUDAError(
-                        derr, "cuGraphDestroyNode",
+                        derr,
+                        "cuGraphDestroyNode",
                         f"undo failed: the new {node!r} was leaked; it stays in the definition with the edges added "
                         "before the failure",
                     ),
@@ -894,14 +904,22 @@ class GraphDefinition:
         params.pitch = 0
         ctx = dst.context
         return self._add(
-            "memset", deps,
+            "memset",
+            deps,
             lambda: driver.cuGraphAddMemsetNode(self._handle, None, 0, params, ctx.handle),
-            "cuGraphAddMemsetNode", owners=(dst,), info={"dst": dst, "value": value, "size": nbytes}, context=ctx,
+            "cuGraphAddMemsetNode",
+            owners=(dst,),
+            info={"dst": dst, "value": value, "size": nbytes},
+            context=ctx,
         )
 
     def memcpy(
-        self, dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None = None,
-        *, deps: Iterable[Node] = (),
+        self,
+        dst: Buffer | PinnedBuffer,
+        src: Buffer | PinnedBuffer,
+        size: int | None = None,
+        *,
+        deps: Iterable[Node] = (),
     ) -> Node:
         """A node copying ``size`` bytes (default: all of the smaller) from ``src`` to ``dst``.
 
@@ -939,9 +957,13 @@ class GraphDefinition:
         params.Depth = 1
         ctx = dst.context if isinstance(dst, Buffer) or not isinstance(src, Buffer) else src.context
         return self._add(
-            "memcpy", deps,
+            "memcpy",
+            deps,
             lambda: driver.cuGraphAddMemcpyNode(self._handle, None, 0, params, ctx.handle),
-            "cuGraphAddMemcpyNode", owners=(dst, src), info={"dst": dst, "src": src, "size": nbytes}, context=ctx,
+            "cuGraphAddMemcpyNode",
+            owners=(dst, src),
+            info={"dst": dst, "src": src, "size": nbytes},
+            context=ctx,
         )
 
     def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any, deps: Iterable[Node] = ()) -> Node:
@@ -953,10 +975,13 @@ class GraphDefinition:
         params, owners = _kernel_params(config, kernel, args)
         assert isinstance(kernel, Kernel)
         return self._add(
-            "kernel", deps,
+            "kernel",
+            deps,
             lambda: driver.cuGraphAddKernelNode(self._handle, None, 0, params),
-            "cuGraphAddKernelNode", owners=owners,
-            info={"config": config, "kernel": kernel, "args": args, "_params": params}, context=kernel.module.context,
+            "cuGraphAddKernelNode",
+            owners=owners,
+            info={"config": config, "kernel": kernel, "args": args, "_params": params},
+            context=kernel.module.context,
         )
 
     def callback(self, fn: Callable[[], object], *, deps: Iterable[Node] = ()) -> Node:
@@ -974,9 +999,12 @@ class GraphDefinition:
         params.fn = types.CUhostFn(_lifetime.host_thunk_address())
         params.userData = entry.token
         return self._add(
-            "host", deps,
+            "host",
+            deps,
             lambda: driver.cuGraphAddHostNode(self._handle, None, 0, params),
-            "cuGraphAddHostNode", owners=(entry,), info={"fn": fn},
+            "cuGraphAddHostNode",
+            owners=(entry,),
+            info={"fn": fn},
         )
 
     def record(self, event: Event, *, deps: Iterable[Node] = ()) -> Node:
@@ -985,9 +1013,13 @@ class GraphDefinition:
             raise TypeError(f"event must be an Event, not {type(event).__name__}")
         handle = event.handle
         return self._add(
-            "event_record", deps,
+            "event_record",
+            deps,
             lambda: driver.cuGraphAddEventRecordNode(self._handle, None, 0, handle),
-            "cuGraphAddEventRecordNode", owners=(event,), info={"event": event}, context=event.context,
+            "cuGraphAddEventRecordNode",
+            owners=(event,),
+            info={"event": event},
+            context=event.context,
         )
 
     def wait(self, event: Event, *, deps: Iterable[Node] = ()) -> Node:
@@ -996,9 +1028,13 @@ class GraphDefinition:
             raise TypeError(f"event must be an Event, not {type(event).__name__}")
         handle = event.handle
         return self._add(
-            "wait_event", deps,
+            "wait_event",
+            deps,
             lambda: driver.cuGraphAddEventWaitNode(self._handle, None, 0, handle),
-            "cuGraphAddEventWaitNode", owners=(event,), info={"event": event}, context=event.context,
+            "cuGraphAddEventWaitNode",
+            owners=(event,),
+            info={"event": event},
+            context=event.context,
         )
 
     def allocate(self, size: int, *, device: Device | int | None = None, deps: Iterable[Node] = ()) -> Node:
@@ -1026,9 +1062,11 @@ class GraphDefinition:
         params.bytesize = nbytes
         info: dict[str, Any] = {"size": nbytes, "device": ordinal}
         node = self._add(
-            "mem_alloc", deps,
+            "mem_alloc",
+            deps,
             lambda: driver.cuGraphAddMemAllocNode(self._handle, None, 0, params),
-            "cuGraphAddMemAllocNode", info=info,
+            "cuGraphAddMemAllocNode",
+            info=info,
         )
         info["ptr"] = int(params.dptr)
         return node
@@ -1040,9 +1078,11 @@ class GraphDefinition:
             raise TypeError(f"ptr must be a device address or an allocation node, not {ptr!r}")
         dptr = _types().CUdeviceptr(address)
         return self._add(
-            "mem_free", deps,
+            "mem_free",
+            deps,
             lambda: driver.cuGraphAddMemFreeNode(self._handle, None, 0, dptr),
-            "cuGraphAddMemFreeNode", info={"ptr": address},
+            "cuGraphAddMemFreeNode",
+            info={"ptr": address},
         )
 
     def embed(self, child: GraphDefinition, *, deps: Iterable[Node] = ()) -> Node:
@@ -1058,9 +1098,13 @@ class GraphDefinition:
         child_handle = child.handle
         owners = list(child._owners.values())
         return self._add(
-            "graph", deps,
+            "graph",
+            deps,
             lambda: driver.cuGraphAddChildGraphNode(self._handle, None, 0, child_handle),
-            "cuGraphAddChildGraphNode", owners=owners, info={"child": child._int}, context=child._context,
+            "cuGraphAddChildGraphNode",
+            owners=owners,
+            info={"child": child._int},
+            context=child._context,
         )
 
     # --- whole-graph operations ---
@@ -1234,7 +1278,10 @@ class Graph:
 
     @classmethod
     def _make(
-        cls, handle: Any, context: Context | None, owners: dict[int, object],
+        cls,
+        handle: Any,
+        context: Context | None,
+        owners: dict[int, object],
         signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
     ) -> Graph:
         self = object.__new__(cls)
@@ -1374,12 +1421,16 @@ def _explain_mismatch(
     old_kinds, old_edges = old
     new_kinds, new_edges = new
     if len(old_kinds) != len(new_kinds):
-        _refuse("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED",
-                f"the definition has {len(new_kinds)} nodes, the executable graph {len(old_kinds)}")
+        _refuse(
+            "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED",
+            f"the definition has {len(new_kinds)} nodes, the executable graph {len(old_kinds)}",
+        )
     for i, (was, now) in enumerate(zip(old_kinds, new_kinds, strict=True)):
         if was != now:
-            _refuse("CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED",
-                    f"node {i} in creation order ({nodes[i]!r}) is a {now} node, in the executable graph a {was} node")
+            _refuse(
+                "CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED",
+                f"node {i} in creation order ({nodes[i]!r}) is a {now} node, in the executable graph a {was} node",
+            )
     if old_edges != new_edges:
         extra = sorted(new_edges - old_edges)
         missing = sorted(old_edges - new_edges)
@@ -1389,11 +1440,11 @@ def _explain_mismatch(
                 "edges only in the definition: " + ", ".join(f"{nodes[a]!r} -> {nodes[b]!r}" for a, b in extra)
             )
         if missing:
-            parts.append("edges missing from the definition (by creation index): "
-                         + ", ".join(f"{a} -> {b}" for a, b in missing))
+            parts.append(
+                "edges missing from the definition (by creation index): " + ", ".join(f"{a} -> {b}" for a, b in missing)
+            )
         _refuse("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED", "; ".join(parts))
 
 
 def _refuse(reason: str, detail: str) -> NoReturn:
     raise GraphUpdateError(reason, detail, call=None)
-

@@ -184,4 +184,3 @@ _HOST_ADDRESS: int = ctypes.cast(_HOST_THUNK, ctypes.c_void_p).value or 0
 def host_thunk_address() -> int:
     """The address of the host-callback thunk (a ``CUhostFn``)."""
     return _HOST_ADDRESS
-
