@@ -66,6 +66,16 @@ class Resource:
         """
         raise NotImplementedError
 
+    def _context_gone(self) -> None:
+        """Raise for an explicit close whose context was closed first: the object is leaked."""
+        raise RuntimeError(
+            f"{self!r} cannot be released: its context {self._context!r} was closed first; it was leaked"
+        )
+
+    def _release_failed(self, status: Any, call: str) -> None:
+        """Raise for an explicit release the driver refused: the object is leaked (S3, W5)."""
+        raise CUDAError(status, call, f"{self._what} {format_handle(self._handle)} was leaked")
+
     def close(self) -> None:
         """Release the resource now. Idempotent.
 
@@ -80,12 +90,10 @@ class Resource:
         if not self._owned:
             return
         if self._context._closed:
-            raise RuntimeError(
-                f"{self!r} cannot be released: its context {self._context!r} was closed first; it was leaked"
-            )
+            self._context_gone()
         status, call = self._release(True)
         if status:
-            raise CUDAError(status, call, f"{self._what} {format_handle(self._handle)} was leaked")
+            self._release_failed(status, call)
 
     def __enter__(self) -> Any:
         return self
@@ -104,7 +112,12 @@ class Resource:
             add_failure_note(exc, failure, handle=self._handle)
 
     def __del__(self) -> None:
-        if getattr(self, "_closed", True) or sys.is_finalizing():
+        try:
+            if self._closed:
+                return
+        except AttributeError:  # construction never finished: nothing to release
+            return
+        if sys.is_finalizing():
             return
         self._closed = True
         if not self._owned or self._context.stale:

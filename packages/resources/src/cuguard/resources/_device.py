@@ -41,6 +41,9 @@ def _ctx_sync() -> None:
         raise_status(err, "cuCtxSynchronize")
 
 
+_new = object.__new__
+
+
 class Device:
     """A CUDA device, by ordinal.
 
@@ -129,14 +132,57 @@ class Device:
         call_in(self.context, _ctx_sync, None)
 
     def create_stream(self, *, non_blocking: bool = False, priority: int | None = None) -> Stream:
-        """A new stream on this device (``non_blocking``: does not wait on the legacy default stream)."""
-        context = self.context
-        handle = call_in(context, _stream_create, _stream_destroy, 1 if non_blocking else 0, priority)
+        """A new stream on this device (``non_blocking``: does not wait on the legacy default stream).
+
+        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses; no
+        stream exists then, and the caller's context is unchanged (G1, G2).
+        """
+        context = self._context
+        if context is None:
+            context = self.context
+        flags = 1 if non_blocking else 0
+        if priority is None and not context._closed:
+            # Fast path: the device's context is current already, so no switch (C1).
+            err, current = driver.cuCtxGetCurrent()
+            if not err and current == context._handle:
+                err, handle = driver.cuStreamCreate(flags)
+                if err:
+                    raise_status(err, "cuStreamCreate")
+                stream = _new(Stream)
+                stream._handle = handle
+                stream._context = context
+                stream._owned = True
+                stream._device = self._ordinal
+                stream._closed = False
+                return stream
+        handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
         return Stream._make(handle, context, self._ordinal)
 
     def create_event(self, *, timing: bool = True) -> Event:
-        """A new event on this device; ``timing=False`` makes a cheaper event that cannot be timed."""
-        return Event._create(self.context, self._ordinal, timing)
+        """A new event on this device; ``timing=False`` makes a cheaper event that cannot be timed.
+
+        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses; no
+        event exists then, and the caller's context is unchanged (G1, G2).
+        """
+        context = self._context
+        if context is None:
+            context = self.context
+        if not context._closed:
+            # Fast path: the device's context is current already, so no switch (C1).
+            err, current = driver.cuCtxGetCurrent()
+            if not err and current == context._handle:
+                err, handle = driver.cuEventCreate(0 if timing else 2)
+                if err:
+                    raise_status(err, "cuEventCreate")
+                event = _new(Event)
+                event._handle = handle
+                event._context = context
+                event._owned = True
+                event._device = self._ordinal
+                event._timing = timing
+                event._closed = False
+                return event
+        return Event._create(context, self._ordinal, timing)
 
     def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
         """Allocate ``size`` bytes of device memory.
@@ -145,9 +191,28 @@ class Device:
         will be freed on that stream (W5); otherwise it is synchronous
         (``size`` 0 is then refused by the driver).
         """
+        context = self._context
+        if context is None:
+            context = self.context
+        if type(stream) is Stream and type(size) is int and size >= 0 and not (context._closed or stream._closed):
+            # Fast path: stream-ordered, and the device's context is current already (C1).
+            err, current = driver.cuCtxGetCurrent()
+            if not err and current == context._handle:
+                err, ptr = driver.cuMemAllocAsync(size, stream._handle)
+                if err:
+                    raise_status(err, "cuMemAllocAsync")
+                buf = _new(Buffer)
+                buf._handle = ptr
+                buf._context = context
+                buf._owned = True
+                buf._device = self._ordinal
+                buf._size = size
+                buf._stream = stream
+                buf._closed = False
+                return buf
         if stream is not None and not isinstance(stream, Stream):
             raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
-        return Buffer._allocate(self.context, self._ordinal, size, stream)
+        return Buffer._allocate(context, self._ordinal, size, stream)
 
     def allocate_pinned(self, size: int) -> PinnedBuffer:
         """Allocate ``size`` bytes of page-locked host memory."""

@@ -93,7 +93,7 @@ def _host_view(obj: Any) -> memoryview:
         raise TypeError(f"{type(obj).__name__} is not a host buffer (it has no buffer protocol)") from None
     if not view.c_contiguous:
         raise ValueError("host buffers must be C-contiguous")
-    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    return view
 
 
 class Buffer(Resource):
@@ -150,6 +150,28 @@ class Buffer(Resource):
         """The device address as an int."""
         return int(self.handle)
 
+    def close(self) -> None:
+        """Free the memory now (see :meth:`Resource.close`). Idempotent.
+
+        Stream-ordered memory is freed on its stream, after the work queued on
+        it (W5). If the driver refuses, raises :class:`~cuguard.errors.CUDAError`
+        and the memory is leaked, never freed twice.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._context._closed:
+            self._context_gone()
+        stream = self._stream
+        if stream is not None and not stream._closed:
+            (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
+            if err:
+                self._release_failed(err, "cuMemFreeAsync")
+            return
+        status, call = self._release(True)
+        if status:
+            self._release_failed(status, call)
+
     def _release(self, raising: bool) -> tuple[Any, str]:
         stream = self._stream
         if stream is not None and not stream._closed:
@@ -170,6 +192,20 @@ class Buffer(Resource):
         unchanged until the stream reaches it); without, it completes before
         returning. Raises ``ValueError`` on a size mismatch.
         """
+        if type(stream) is Stream and not (self._closed or stream._closed) and type(src) is not Buffer:
+            # Fast path: a host object or pinned buffer, queued on a stream.
+            if type(src) is PinnedBuffer:
+                host: Any = src.address
+                size = src._size
+            else:
+                host = _host_view(src)
+                size = host.nbytes
+            if size != self._size:
+                _check_size(size, self._size)
+            (err,) = driver.cuMemcpyHtoDAsync(self._handle, host, size, stream._handle)
+            if err:
+                raise_status(err, "cuMemcpyHtoDAsync")
+            return
         dst = self.handle
         hstream = None if stream is None else stream.handle
         if isinstance(src, Buffer):
@@ -181,8 +217,8 @@ class Buffer(Resource):
                 (err,) = driver.cuMemcpyDtoDAsync(dst, src.handle, self._size, hstream)
                 call = "cuMemcpyDtoDAsync"
         else:
-            host: Any = src.address if isinstance(src, PinnedBuffer) else _host_view(src)
-            _check_size(src.size if isinstance(src, PinnedBuffer) else len(host), self._size)
+            host = src.address if isinstance(src, PinnedBuffer) else _host_view(src)
+            _check_size(src.size if isinstance(src, PinnedBuffer) else host.nbytes, self._size)
             if hstream is None:
                 (err,) = call_in(self._context, driver.cuMemcpyHtoD, None, dst, host, self._size)
                 call = "cuMemcpyHtoD"
@@ -209,7 +245,7 @@ class Buffer(Resource):
             host = _host_view(dst)
             if host.readonly:
                 raise TypeError(f"cannot copy into a read-only {type(dst).__name__}")
-            _check_size(len(host), self._size)
+            _check_size(host.nbytes, self._size)
         if hstream is None:
             (err,) = call_in(self._context, driver.cuMemcpyDtoH, None, host, src, self._size)
             call = "cuMemcpyDtoH"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cuguard.context import Context, call_in
@@ -237,16 +237,17 @@ class LaunchConfig:
     grid: int | tuple[int, ...] = 1
     block: int | tuple[int, ...] = 1
     shared_mem: int = 0
+    _launch_dims: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _dims(self.grid, "grid")
-        _dims(self.block, "block")
+        dims = (*_dims(self.grid, "grid"), *_dims(self.block, "block"))
         if isinstance(self.shared_mem, bool) or not isinstance(self.shared_mem, int) or self.shared_mem < 0:
             raise ValueError(f"shared_mem must be an int of 0 or more, not {self.shared_mem!r}")
+        object.__setattr__(self, "_launch_dims", (*dims, self.shared_mem))
 
     def dims(self) -> tuple[int, int, int, int, int, int]:
         """``(gx, gy, gz, bx, by, bz)``."""
-        return (*_dims(self.grid, "grid"), *_dims(self.block, "block"))
+        return self._launch_dims[:6]  # type: ignore[return-value]
 
 
 def _dims(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
@@ -273,7 +274,11 @@ def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     values: list[Any] = []
     types: list[Any] = []
     for arg in args:
-        if isinstance(arg, Buffer | PinnedBuffer):
+        ctype = _SCALAR_CTYPES.get(type(arg))
+        if ctype is not None:
+            values.append(arg)
+            types.append(ctype)
+        elif isinstance(arg, Buffer | PinnedBuffer):
             values.append(int(arg.handle))
             types.append(ctypes.c_void_p)
         elif isinstance(arg, bool):
@@ -293,6 +298,8 @@ def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
             types.append(ctype)
     return tuple(values), tuple(types)
 
+
+_SCALAR_CTYPES: dict[type, Any] = {int: ctypes.c_int64, float: ctypes.c_float, bool: ctypes.c_bool}
 
 _NUMPY_CTYPES = {
     "int8": ctypes.c_int8,
@@ -323,13 +330,15 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
     configuration, a sticky error...); nothing was queued then. A fault inside
     the kernel surfaces later, at a synchronization.
     """
-    if not isinstance(config, LaunchConfig):
+    if type(config) is not LaunchConfig and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
-    if not isinstance(kernel, Kernel):
+    if type(kernel) is not Kernel:
         raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
-    gx, gy, gz, bx, by, bz = config.dims()
-    kernel.module._check_open()
+    if kernel.module._closed or stream._closed:
+        kernel.module._check_open()
+        stream._check_open()
+    gx, gy, gz, bx, by, bz, shared = config._launch_dims
     params = pack_args(args) if args else 0
-    (err,) = driver.cuLaunchKernel(kernel.handle, gx, gy, gz, bx, by, bz, config.shared_mem, stream.handle, params, 0)
+    (err,) = driver.cuLaunchKernel(kernel.handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
     if err:
         raise_status(err, "cuLaunchKernel")

@@ -68,9 +68,30 @@ class Stream(Resource):
     @classmethod
     def _make(cls, handle: Any, context: Context, device: int, owned: bool = True) -> Stream:
         self = object.__new__(cls)
-        self._init(handle, context, owned)
+        self._handle = handle
+        self._context = context
+        self._owned = owned
         self._device = device
+        self._closed = False
         return self
+
+    def close(self) -> None:
+        """Destroy the stream now (see :meth:`Resource.close`). Idempotent.
+
+        Work already queued still completes. If the driver refuses, raises
+        :class:`~cuguard.errors.CUDAError` and the stream is leaked, never
+        destroyed twice.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if not self._owned:
+            return
+        if self._context._closed:
+            self._context_gone()
+        (err,) = driver.cuStreamDestroy(self._handle)
+        if err:
+            self._release_failed(err, "cuStreamDestroy")
 
     @classmethod
     def wrap(cls, obj: Any, context: Context) -> Stream:
@@ -213,12 +234,39 @@ class Event(Resource):
     @classmethod
     def _create(cls, context: Context, device: int, timing: bool) -> Event:
         flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
-        handle = call_in(context, _event_create, _event_destroy, flags)
+        handle = None
+        if not context._closed:
+            # Fast path: the event's context is current already, so no switch (C1).
+            err, current = driver.cuCtxGetCurrent()
+            if not err and current == context._handle:
+                err, handle = driver.cuEventCreate(flags)
+                if err:
+                    raise_status(err, "cuEventCreate")
+        if handle is None:
+            handle = call_in(context, _event_create, _event_destroy, flags)
         self = object.__new__(cls)
-        self._init(handle, context)
+        self._handle = handle
+        self._context = context
+        self._owned = True
         self._device = device
         self._timing = timing
+        self._closed = False
         return self
+
+    def close(self) -> None:
+        """Destroy the event now (see :meth:`Resource.close`). Idempotent.
+
+        If the driver refuses, raises :class:`~cuguard.errors.CUDAError` and
+        the event is leaked, never destroyed twice.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._context._closed:
+            self._context_gone()
+        (err,) = driver.cuEventDestroy(self._handle)
+        if err:
+            self._release_failed(err, "cuEventDestroy")
 
     @property
     def timing(self) -> bool:
@@ -235,8 +283,15 @@ class Event(Resource):
         return err, "cuEventDestroy"
 
     def record(self, stream: Stream) -> None:
-        """Record the event at the current end of ``stream``'s queue."""
-        (err,) = driver.cuEventRecord(self.handle, stream.handle)
+        """Record the event at the current end of ``stream``'s queue.
+
+        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses (for
+        example a stream of another context: ``CUDA_ERROR_INVALID_HANDLE``).
+        """
+        if self._closed or stream._closed:
+            self._check_open()
+            stream._check_open()
+        (err,) = driver.cuEventRecord(self._handle, stream._handle)
         if err:
             raise_status(err, "cuEventRecord")
 
@@ -248,7 +303,9 @@ class Event(Resource):
 
     def query(self) -> bool:
         """Whether the work before the last record has finished (a never-recorded event is done)."""
-        (err,) = driver.cuEventQuery(self.handle)
+        if self._closed:
+            self._check_open()
+        (err,) = driver.cuEventQuery(self._handle)
         if not err:
             return True
         if int(err) == 600:  # CUDA_ERROR_NOT_READY
