@@ -49,28 +49,6 @@ def _emulate(sim: SimulatedDriver) -> None:
     sim.register_kernel("add_u32", add_u32)
 
 
-def _find_in_clone(self: Any, hOriginalNode: Any, hClonedGraph: Any) -> tuple[Any, ...]:
-    """Stand-in for the simulator's missing cuGraphNodeFindInClone (valid right after cuGraphClone).
-
-    The simulator copies nodes in the source's insertion order, so the k-th node of the
-    source maps to the k-th node of the clone as long as the source did not change since.
-    """
-    with self._lock:
-        node = self._nodes.get(int(hOriginalNode))
-        clone = self._graphs.get(int(hClonedGraph))
-        if node is None or clone is None or node.destroyed:
-            return (cb.CUresult.CUDA_ERROR_INVALID_VALUE, None)
-        index = list(node.graph.nodes).index(node.handle)
-        handles = list(clone.nodes)
-        if index >= len(handles):
-            return (cb.CUresult.CUDA_ERROR_INVALID_VALUE, None)
-        return (cb.CUresult.CUDA_SUCCESS, cb.CUgraphNode(handles[index]))
-
-
-if "cuGraphNodeFindInClone" not in dir(SimulatedDriver):
-    SimulatedDriver.cuGraphNodeFindInClone = _find_in_clone  # type: ignore[attr-defined]
-
-
 def settle(drv: Any) -> None:
     """Let CUDA deliver every user-object release and cuguard process it."""
     for _ in range(3):

@@ -86,17 +86,8 @@ def test_kernel_node_keeps_buffer_kernel_and_module_alive(
 
 @pytest.mark.contract("G5", "W5")
 def test_launch_in_flight_keeps_resources_after_everything_is_closed(
-    cuguard_driver: Any, dev: Device, stream: Stream, request: pytest.FixtureRequest
+    cuguard_driver: Any, dev: Device, stream: Stream
 ) -> None:
-    if isinstance(cuguard_driver, SimulatedDriver):
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="simulator: cuGraphExecDestroy releases the executable's user-object references at once, "
-                "not when its in-flight launches complete (the real driver frees an in-flight executable on "
-                "completion)",
-                strict=True,
-            )
-        )
     out = dev.allocate_pinned(32)
     release = threading.Event()
     with leak_check():

@@ -39,6 +39,8 @@ class Graph:
     user_refs: dict[int, int] = field(default_factory=dict)
     destroyed: bool = False
     child: bool = False
+    # cuGraphClone: original node handle -> node of this clone (cuGraphNodeFindInClone).
+    origin: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -92,6 +94,8 @@ class Exec:
     refs: frozenset[int]
     allocs: list[Alloc]
     destroyed: bool = False
+    # (stream, last op seq) of each launch not yet known to have completed.
+    launches: list[tuple[Stream, int]] = field(default_factory=list)
 
 
 @dataclass(eq=False, slots=True)
@@ -128,6 +132,9 @@ class SimGraphs(SimCore):
         self._execs: dict[int, Exec] = {}
         self._live_execs: dict[int, Exec] = {}
         self._user_objects: dict[int, UserObject] = {}
+        # User-object references of destroyed or updated executable graphs whose launches are
+        # still in flight: released when a sync point retires those launches.
+        self._held: list[tuple[dict[int, int], list[tuple[Stream, int]]]] = []
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -228,6 +235,53 @@ class SimGraphs(SimCore):
             if obj is not None and not obj.destroyed and count:
                 self._uo_changed(obj, count)
         return dict(refs)
+
+    def _all_refs(self, graph: Graph) -> dict[int, int]:
+        """The user-object references of ``graph`` and of its child graphs, recursively (not retained)."""
+        refs = dict(graph.user_refs)
+        for node in graph.nodes.values():
+            if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
+                for handle, count in self._all_refs(node.spec).items():
+                    refs[handle] = refs.get(handle, 0) + count
+        return refs
+
+    @staticmethod
+    def _in_flight(launches: list[tuple[Stream, int]]) -> list[tuple[Stream, int]]:
+        """The launches of ``launches`` whose work a sync point has not retired yet."""
+        return [(st, seq) for st, seq in launches if any(op.seq <= seq for op in st.inflight)]
+
+    def _release_after(self, refs: dict[int, int], launches: list[tuple[Stream, int]]) -> None:
+        """Release ``refs`` now, or once the launches in ``launches`` have completed (as the real driver does)."""
+        pending = self._in_flight(launches)
+        if pending:
+            self._held.append((dict(refs), pending))
+            refs.clear()
+        else:
+            self._release_refs(refs)
+
+    def _retire(self, st: Stream, upto: int | None = None, depth: int = 0) -> None:
+        super()._retire(st, upto, depth)
+        if self._held and depth == 0:
+            keep: list[tuple[dict[int, int], list[tuple[Stream, int]]]] = []
+            for refs, launches in self._held:
+                pending = self._in_flight(launches)
+                if pending:
+                    keep.append((refs, pending))
+                else:
+                    self._release_refs(refs)
+            self._held = keep
+
+    # Sync points may now run user-object destructors (of executable graphs destroyed while a
+    # launch was in flight): the same functions, with the destructors run when the call returns.
+    cuStreamSynchronize = api(0, locked=False, callbacks=True)(SimCore.cuStreamSynchronize.__wrapped__)  # type: ignore[attr-defined]
+    cuStreamQuery = api(0, callbacks=True)(SimCore.cuStreamQuery.__wrapped__)  # type: ignore[attr-defined]
+    cuCtxSynchronize = api(0, locked=False, callbacks=True)(SimCore.cuCtxSynchronize.__wrapped__)  # type: ignore[attr-defined]
+    cuEventSynchronize = api(0, locked=False, callbacks=True)(SimCore.cuEventSynchronize.__wrapped__)  # type: ignore[attr-defined]
+    cuEventQuery = api(0, callbacks=True)(SimCore.cuEventQuery.__wrapped__)  # type: ignore[attr-defined]
+    cuCtxDestroy = api(0, locked=False, callbacks=True)(SimCore.cuCtxDestroy.__wrapped__)  # type: ignore[attr-defined]
+    cuDevicePrimaryCtxRelease = api(0, locked=False, callbacks=True)(
+        SimCore.cuDevicePrimaryCtxRelease.__wrapped__  # type: ignore[attr-defined]
+    )
 
     @api(1)
     def cuUserObjectCreate(self, ptr: Any, destroy: Any, initialRefcount: int, flags: int) -> tuple[Any, ...]:
@@ -335,18 +389,26 @@ class SimGraphs(SimCore):
         return OK
 
     def _clone_into(self, source: Graph, target: Graph) -> None:
+        """Copy the nodes and edges of ``source`` into ``target``; child graphs get their own references."""
         mapping: dict[int, Node] = {}
         for node in source.nodes.values():
             spec = node.spec
             if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
-                spec = self._new_graph("cuGraphAddChildGraphNode", child=True)
-                self._clone_into(node.spec, spec)
+                spec = self._child_copy(node.spec)
             copy = Node(self._handle(), target, node.type, spec)
             target.nodes[copy.handle] = copy
             self._nodes[copy.handle] = copy
             mapping[node.handle] = copy
         for a, b in source.edges:
             self._link(mapping[a], mapping[b])
+        target.origin = {original: copy.handle for original, copy in mapping.items()}
+
+    def _child_copy(self, source: Graph) -> Graph:
+        """A child graph copying ``source``, holding its own clones of ``source``'s user-object references."""
+        child = self._new_graph("cuGraphAddChildGraphNode", child=True)
+        self._clone_into(source, child)
+        child.user_refs = self._retain_refs(source.user_refs)
+        return child
 
     @api(1)
     def cuGraphClone(self, originalGraph: Any) -> tuple[Any, ...]:
@@ -355,6 +417,15 @@ class SimGraphs(SimCore):
         self._clone_into(source, clone)
         clone.user_refs = self._retain_refs(source.user_refs)
         return (SUCCESS, cb.CUgraph(clone.handle))
+
+    @api(1)
+    def cuGraphNodeFindInClone(self, hOriginalNode: Any, hClonedGraph: Any) -> tuple[Any, ...]:
+        """The node of a clone copying ``hOriginalNode`` (a node of the source at the time of cuGraphClone)."""
+        clone = self._graph(hClonedGraph, "cuGraphNodeFindInClone")
+        copy = self._nodes.get(clone.origin.get(h(hOriginalNode), 0))
+        if copy is None or copy.destroyed or copy.graph is not clone:
+            raise Status(INVALID_VALUE)
+        return (SUCCESS, cb.CUgraphNode(copy.handle))
 
     @api(1)
     def cuGraphAddEmptyNode(self, hGraph: Any, dependencies: Any, numDependencies: int) -> tuple[Any, ...]:
@@ -557,9 +628,7 @@ class SimGraphs(SimCore):
         source = self._graph(childGraph, "cuGraphAddChildGraphNode")
         if source is graph:
             raise Status(INVALID_VALUE)
-        child = self._new_graph("cuGraphAddChildGraphNode", child=True)
-        self._clone_into(source, child)
-        return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_GRAPH, child)
+        return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_GRAPH, self._child_copy(source))
 
     @api(1)
     def cuGraphChildGraphNodeGetGraph(self, hNode: Any) -> tuple[Any, ...]:
@@ -642,7 +711,7 @@ class SimGraphs(SimCore):
     def cuGraphNodeGetType(self, hNode: Any) -> tuple[Any, ...]:
         return (SUCCESS, self._node(hNode, "cuGraphNodeGetType").type)
 
-    @api(0)
+    @api(0, callbacks=True)
     def cuGraphDestroyNode(self, hNode: Any) -> tuple[Any, ...]:
         node = self._node(hNode, "cuGraphDestroyNode")
         for dep in list(node.deps):
@@ -651,6 +720,8 @@ class SimGraphs(SimCore):
             self._unlink(node, out)
         node.destroyed = True
         del node.graph.nodes[node.handle]
+        if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
+            self._destroy_graph(node.spec)  # the child graph and its user-object references go with it
         return OK
 
     # --- instantiation and launch ------------------------------------------------------------
@@ -721,7 +792,7 @@ class SimGraphs(SimCore):
             ctx,
             steps,
             self._signature(graph),
-            self._retain_refs(graph.user_refs),
+            self._retain_refs(self._all_refs(graph)),
             self._step_refs(steps),
             allocs,
         )
@@ -751,12 +822,17 @@ class SimGraphs(SimCore):
             raise Status(INVALID_VALUE)
         ex.destroyed = True
         del self._live_execs[handle]
-        self._release_refs(ex.user_refs)
+        self._release_after(ex.user_refs, ex.launches)  # held while a launch is in flight
         self._drop_live(handle, ex.ctx)
         return OK
 
-    @api(1)
+    @api(1, callbacks=True)
     def cuGraphExecUpdate(self, hGraphExec: Any, hGraph: Any) -> tuple[Any, ...]:
+        """Take ``hGraph``'s parameters; its user-object references (cloned) replace the exec's.
+
+        As the real driver does: references the exec had are released once its launches in
+        flight have completed.
+        """
         ex = self._exec(hGraphExec, "cuGraphExecUpdate")
         graph = self._graph(hGraph, "cuGraphExecUpdate")
         info = cb.CUgraphExecUpdateResultInfo()
@@ -774,6 +850,9 @@ class SimGraphs(SimCore):
         ex.steps = steps
         ex.refs = self._step_refs(steps)
         ex.allocs = [spec for kind, spec in steps if kind == T.CU_GRAPH_NODE_TYPE_MEM_ALLOC]
+        old = ex.user_refs
+        ex.user_refs = self._retain_refs(self._all_refs(graph))
+        self._release_after(old, ex.launches)
         info.result = cb.CUgraphExecUpdateResult.CU_GRAPH_EXEC_UPDATE_SUCCESS
         return (SUCCESS, info)
 
@@ -792,6 +871,8 @@ class SimGraphs(SimCore):
                 raise Status(INVALID_VALUE)  # its previous allocation was not freed
         for kind, spec in ex.steps:
             self._launch_step(st, kind, spec)
+        ex.launches = self._in_flight(ex.launches)
+        ex.launches.append((st, self._op_seq))
         return OK
 
     def _launch_step(self, st: Stream, kind: Any, spec: Any) -> None:
