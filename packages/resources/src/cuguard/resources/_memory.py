@@ -106,8 +106,10 @@ class Buffer(Resource):
     :class:`~cuguard.errors.CUDAError` when the driver refuses and
     :class:`~cuguard.errors.ResourceClosedError` once closed.
 
-    ``__cuda_array_interface__`` exports the bytes (``|u1``); the consumer must
-    not outlive the buffer.
+    ``__cuda_array_interface__`` exports the bytes (``|u1``); that consumer must
+    not outlive the buffer. ``__dlpack__`` exports them as a 1-D ``uint8``
+    DLPack tensor whose capsule keeps the buffer alive until the consumer
+    releases it.
     """
 
     __slots__ = ("_device", "_size", "_stream")
@@ -282,6 +284,48 @@ class Buffer(Resource):
         if self._stream is not None and not self._stream._closed:
             interface["stream"] = int(self._stream._handle)
         return interface
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCUDA, device ordinal)``."""
+        return (2, self._device)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export the bytes as a DLPack tensor (1-D ``uint8`` on the buffer's device).
+
+        The capsule keeps this buffer alive until the consumer releases the
+        tensor. When ``stream`` names the consumer's stream (an int other than
+        ``None``/-1) and the buffer is stream-ordered, the consumer's stream is
+        made to wait for the work queued on the buffer's stream. Copies and
+        other devices are refused with ``BufferError``; the legacy
+        (unversioned) capsule is returned whatever ``max_version`` says.
+        """
+        from cuguard.resources._dlpack import export
+
+        handle = self.handle
+        if copy:
+            raise BufferError("cuguard buffers export without copying only")
+        if dl_device is not None and tuple(dl_device) != (2, self._device):
+            raise BufferError(f"cannot export to device {dl_device}; the buffer is on {(2, self._device)}")
+        own = self._stream
+        if (
+            stream is not None
+            and stream != -1
+            and own is not None
+            and not own._closed
+            and int(stream) != int(own._handle)
+        ):
+            from cuda.bindings.driver import CUstream
+
+            consumer = Stream._make(CUstream(int(stream)), self._context, self._device, owned=False)
+            consumer.wait(own)
+        return export(self, int(handle), self._size, self._device)
 
 
 def _check_size(got: int, want: int) -> None:
