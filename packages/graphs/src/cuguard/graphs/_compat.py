@@ -24,16 +24,19 @@ def _bindings_major() -> int:
     return int(str(cuda.bindings.__version__).split(".")[0])
 
 
+_NEW_EDGE_API = _bindings_major() >= 13  # decided once: the bindings cannot change in a process
+
+
 def add_edge(graph: Any, a: Any, b: Any) -> Any:
     """Add the one edge ``a -> b``; returns the status."""
-    if _bindings_major() >= 13:
+    if _NEW_EDGE_API:
         return driver.cuGraphAddDependencies(graph, [a], [b], None, 1)[0]
     return driver.cuGraphAddDependencies(graph, [a], [b], 1)[0]
 
 
 def remove_edge(graph: Any, a: Any, b: Any) -> Any:
     """Remove the one edge ``a -> b``; returns the status."""
-    if _bindings_major() >= 13:
+    if _NEW_EDGE_API:
         return driver.cuGraphRemoveDependencies(graph, [a], [b], None, 1)[0]
     return driver.cuGraphRemoveDependencies(graph, [a], [b], 1)[0]
 

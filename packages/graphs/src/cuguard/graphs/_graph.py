@@ -1,10 +1,12 @@
 """Graph definitions, nodes, edges and executable graphs.
 
 Every mutation that takes several driver calls is all-or-nothing (B4, G3):
-edges are added and removed one driver call per edge (the driver's bulk edge
-calls are not atomic), completed steps are undone in reverse order when a
-later step fails, and a failed undo step becomes a note on the raised
-exception (G4). Arguments are validated before any driver call (E3).
+edges of existing nodes are added and removed one driver call per edge (the
+driver's bulk edge calls are not atomic), completed steps are undone in
+reverse order when a later step fails, and a failed undo step becomes a note
+on the raised exception (G4). A new node is created with its dependencies in
+one driver call, which is all-or-nothing by itself. Arguments are validated
+before any driver call (E3).
 """
 
 from __future__ import annotations
@@ -246,6 +248,7 @@ class Node:
             return
         self._graph._check_open()
         self._state = _DESTROYED
+        self._graph._version += 1
         (err,) = driver.cuGraphDestroyNode(self._handle)
         if err:
             self._state = _LEAKED
@@ -260,11 +263,11 @@ class Node:
 
     def join(self, *nodes: Node) -> Node:
         """An empty node that depends on this node and on ``nodes``."""
-        return self._graph.empty(self, *nodes)
+        return self._graph._empty((self, *nodes) if nodes else (self,))
 
     def empty(self) -> Node:
         """An empty node that depends on this node."""
-        return self._graph.empty(self)
+        return self._graph._empty((self,))
 
     def memset(self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1) -> Node:
         """A memset node after this node; see :meth:`GraphDefinition.memset`."""
@@ -446,6 +449,9 @@ def _order(node: Node) -> int:
     return node._order
 
 
+_new_node = object.__new__
+
+
 # --- parameters of node kinds --------------------------------------------------------------
 
 
@@ -511,16 +517,18 @@ class GraphDefinition:
     Builders add nodes: :meth:`empty`, :meth:`join`, :meth:`memset`,
     :meth:`memcpy`, :meth:`launch`, :meth:`callback`, :meth:`record`,
     :meth:`wait`, :meth:`allocate`, :meth:`deallocate`, :meth:`embed`. Each
-    takes the new node's dependencies and is all-or-nothing: the node is
-    created, then its edges are added one driver call each; if an edge fails,
-    the node is destroyed again. If that destroy fails too, the node stays in
-    the definition, *leaked* (see :meth:`Node.destroy`), with the edges added
-    before the failure, and the failure is a note on the raised exception.
+    takes the new node's dependencies and is all-or-nothing: one driver call
+    creates the node together with its edges (the driver checks every
+    dependency first), so when it fails there is no node and no edge.
 
     Lifetime: every buffer, kernel (and its module), event, callback and child
     graph a node uses is kept alive until CUDA has dropped this definition and
     every executable graph made from it, including launches still in flight
-    (a CUDA user object tells cuguard, see :func:`flush_deferred`).
+    (a CUDA user object tells cuguard, see :func:`flush_deferred`). The user
+    object is created when first needed (the first node that uses something,
+    or the first :meth:`instantiate`), so a builder or :meth:`instantiate` may
+    also fail in ``cuUserObjectCreate`` or ``cuGraphRetainUserObject``; it
+    then creates nothing.
 
     :meth:`close` (or ``with``, or garbage collection) destroys the graph.
     A definition is not thread-safe: mutate it from one thread at a time.
@@ -536,7 +544,10 @@ class GraphDefinition:
         "_next_order",
         "_nodes",
         "_owners",
+        "_payload",
+        "_shape",
         "_source",
+        "_version",
     )
 
     _handle: Any
@@ -545,9 +556,12 @@ class GraphDefinition:
     _context: Context | None
     _nodes: dict[int, Node]
     _owners: dict[int, object]
+    _payload: bool
     _next_order: int
     _found: dict[int, Node]
     _source: int
+    _version: int
+    _shape: tuple[int, tuple[tuple[str, ...], frozenset[tuple[int, int]], list[Node]]] | None
 
     def __init__(self, device: Device | Context | None = None) -> None:
         context = _context_of(device)
@@ -568,23 +582,55 @@ class GraphDefinition:
         return self
 
     def _setup(self, handle: Any, context: Context | None, owners: dict[int, object], next_order: int) -> None:
-        """Attach the payload's user object to the new ``handle``; destroy the graph on failure (G1)."""
+        """Adopt the new ``handle``; with owners, attach their user object, destroying the graph on failure (G1)."""
         self._handle = handle
         self._int = int(handle)
         self._context = context
         self._nodes = {}
         self._owners = owners
+        self._payload = False
         self._next_order = next_order
         self._found = {}
         self._source = 0
-        try:
-            _attach_payload(handle, owners)
-        except BaseException as exc:
-            (err,) = driver.cuGraphDestroy(handle)
-            if err:
-                add_failure_note(exc, err, "cuGraphDestroy", handle)
-            raise
+        self._version = 0
+        self._shape = None
+        if owners:
+            try:
+                self._attach()
+            except BaseException as exc:
+                (err,) = driver.cuGraphDestroy(handle)
+                if err:
+                    add_failure_note(exc, err, "cuGraphDestroy", handle)
+                raise
         self._closed = False
+
+    def _attach(self) -> Any:
+        """Move a user object holding this definition's payload into the graph; return it.
+
+        Deferred until something must be kept alive (the first owner, or the first
+        :meth:`instantiate`), so building a graph of plain nodes costs no extra driver calls.
+        The payload is a fresh dict that becomes ``_owners`` only on success: a failed attach
+        leaves a user object whose (deferred) destructor drops a dict nobody else uses.
+        Creates nothing when it raises.
+        """
+        payload = dict(self._owners)
+        obj = _attach_payload(self._handle, payload)
+        self._owners = payload
+        self._payload = True
+        return obj
+
+    def _detach(self, obj: Any, exc: BaseException) -> None:
+        """Undo :meth:`_attach` of a payload nothing uses yet (a failed instantiate); failures are notes."""
+        try:
+            (err,) = driver.cuGraphReleaseUserObject(self._handle, obj, 1)
+        except Exception as undo_exc:  # noqa: BLE001 - attached as a note (G4)
+            add_failure_note(exc, undo_exc)
+            return
+        if err:
+            add_failure_note(exc, err, "cuGraphReleaseUserObject", obj)
+            return  # still attached: keep using that payload
+        self._owners = {}  # the released payload is dropped by its destructor; owners go in a new one
+        self._payload = False
 
     # --- state ---
 
@@ -632,6 +678,7 @@ class GraphDefinition:
             node = Node._make(self, handle, _KINDS.get(int(kind), f"type{int(kind)}"), self._next_order, {})
             self._next_order += 1
             self._nodes[key] = node
+            self._version += 1
         return node
 
     # --- reading the topology from the driver ---
@@ -680,7 +727,13 @@ class GraphDefinition:
     # --- owners (G5) ---
 
     def _retain(self, owners: Iterable[object]) -> list[int]:
-        """Keep ``owners`` alive with this definition; return the keys newly added."""
+        """Keep ``owners`` alive with this definition; return the keys newly added.
+
+        Attaches the payload's user object first if it is not yet (raises, adding nothing,
+        if that fails).
+        """
+        if not self._payload:
+            self._attach()
         added: list[int] = []
         for owner in owners:
             key = _owner_key(owner)
@@ -694,10 +747,6 @@ class GraphDefinition:
         for key in keys:
             self._owners.pop(key, None)
 
-    def _note_context(self, context: Context | None) -> None:
-        if self._context is None and context is not None:
-            self._context = context
-
     # --- edges (B4) ---
 
     def _apply_edges(self, removes: list[tuple[Node, Node]], adds: list[tuple[Node, Node]]) -> None:
@@ -705,6 +754,7 @@ class GraphDefinition:
         for a, b in (*removes, *adds):
             a._check_live()
             b._check_live()
+        self._version += 1
         done: list[tuple[bool, Node, Node]] = []
         try:
             for a, b in removes:
@@ -806,76 +856,88 @@ class GraphDefinition:
         self,
         kind: str,
         deps: Iterable[object],
-        create: Callable[[], Any],
+        add: Callable[..., Any],
         call: str,
-        *,
+        *args: Any,
         owners: Iterable[object] = (),
         info: dict[str, Any] | None = None,
         context: Context | None = None,
     ) -> Node:
-        """Create a node with no dependencies, then add its edges; all-or-nothing.
+        """Create a node with its dependencies in one driver call: ``add(graph, deps, count, *args)``.
 
-        ``create()`` makes the driver call and returns its result tuple. The
-        owners are kept alive before the call (G5); if the node ends up not
-        created (or destroyed again), those newly kept are dropped.
+        The driver validates the dependencies before creating the node, so the
+        call is all-or-nothing by itself: the node exists with all its edges or
+        not at all. The owners are kept alive before the call (G5); those newly
+        kept are dropped again if it fails.
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()
         dep_nodes = self._deps(deps)
-        added = self._retain(owners)
+        added = self._retain(owners) if owners else None
+        self._version += 1
         try:
-            err, handle = create()
-        except BaseException:
-            self._unretain(added)
-            raise
-        if err:
-            self._unretain(added)
-            raise_status(err, call)
-        node = Node._make(self, handle, kind, self._next_order, info or {})
-        self._next_order += 1
-        self._nodes[node._int] = node  # published: from here on it is part of the definition
-        self._note_context(context)
-        try:
-            for dep in dep_nodes:
-                err = _compat.add_edge(self._handle, dep._handle, node._handle)
-                if err:
-                    raise CUDAError(err, "cuGraphAddDependencies", f"adding the edge {dep!r} -> {node!r}")
-        except BaseException as exc:
-            node._state = _DESTROYED
-            try:
-                (derr,) = driver.cuGraphDestroyNode(node._handle)
-            except Exception as undo_exc:  # noqa: BLE001 - attached as a note (G4)
-                add_failure_note(exc, undo_exc)
-                derr = None
-                node._state = _LEAKED
-            if node._state == _LEAKED:
-                pass
-            elif derr:
-                node._state = _LEAKED
-                add_failure_note(
-                    exc,
-                    CUDAError(
-                        derr,
-                        "cuGraphDestroyNode",
-                        f"undo failed: the new {node!r} was leaked; it stays in the definition with the edges added "
-                        "before the failure",
-                    ),
-                )
+            if dep_nodes:
+                err, handle = add(self._handle, [d._handle for d in dep_nodes], len(dep_nodes), *args)
             else:
-                self._nodes.pop(node._int, None)
+                err, handle = add(self._handle, None, 0, *args)
+        except BaseException:
+            if added:
                 self._unretain(added)
             raise
+        if err:
+            if added:
+                self._unretain(added)
+            raise_status(err, call)
+        node = Node._make(self, handle, kind, self._next_order, {} if info is None else info)
+        self._next_order += 1
+        self._nodes[node._int] = node  # published: from here on it is part of the definition
+        if context is not None and self._context is None:
+            self._context = context
         return node
 
     def empty(self, *deps: Node) -> Node:
         """An empty node depending on ``deps`` (a join point when there are several)."""
-        self._check_open()
-        return self._add(
-            "empty", deps, lambda: driver.cuGraphAddEmptyNode(self._handle, None, 0), "cuGraphAddEmptyNode"
-        )
+        return self._empty(deps)
 
     def join(self, *nodes: Node) -> Node:
         """An empty node depending on every node of ``nodes``."""
-        return self.empty(*nodes)
+        return self._empty(nodes)
+
+    def _empty(self, deps: tuple[object, ...]) -> Node:
+        """:meth:`_add` for empty nodes, inlined: the hot path of building graphs (same checks, same order)."""
+        if self._closed:
+            self._check_open()
+        count = len(deps)
+        handles: list[Any] | None
+        if count == 1:
+            dep = deps[0]
+            if type(dep) is not Node or dep._graph is not self or dep._state != _LIVE:
+                self._own(dep)  # raises the E3 exception that names the problem
+            handles = [dep._handle]  # type: ignore[attr-defined]
+        elif count:
+            for dep in deps:
+                if type(dep) is not Node or dep._graph is not self or dep._state != _LIVE:
+                    self._own(dep)
+            if len({id(dep) for dep in deps}) != count:
+                self._deps(deps)  # raises: a dependency given twice
+            handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
+        else:
+            handles = None
+        self._version += 1
+        err, handle = driver.cuGraphAddEmptyNode(self._handle, handles, count)
+        if err:
+            raise_status(err, "cuGraphAddEmptyNode")
+        node = _new_node(Node)
+        node._graph = self
+        node._handle = handle
+        node._int = key = int(handle)
+        node._kind = "empty"
+        node._order = self._next_order
+        node._state = _LIVE
+        node._info = {}
+        self._next_order += 1
+        self._nodes[key] = node  # published: from here on it is part of the definition
+        return node
 
     def memset(
         self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1, deps: Iterable[Node] = ()
@@ -906,8 +968,10 @@ class GraphDefinition:
         return self._add(
             "memset",
             deps,
-            lambda: driver.cuGraphAddMemsetNode(self._handle, None, 0, params, ctx.handle),
+            driver.cuGraphAddMemsetNode,
             "cuGraphAddMemsetNode",
+            params,
+            ctx.handle,
             owners=(dst,),
             info={"dst": dst, "value": value, "size": nbytes},
             context=ctx,
@@ -959,8 +1023,10 @@ class GraphDefinition:
         return self._add(
             "memcpy",
             deps,
-            lambda: driver.cuGraphAddMemcpyNode(self._handle, None, 0, params, ctx.handle),
+            driver.cuGraphAddMemcpyNode,
             "cuGraphAddMemcpyNode",
+            params,
+            ctx.handle,
             owners=(dst, src),
             info={"dst": dst, "src": src, "size": nbytes},
             context=ctx,
@@ -977,8 +1043,9 @@ class GraphDefinition:
         return self._add(
             "kernel",
             deps,
-            lambda: driver.cuGraphAddKernelNode(self._handle, None, 0, params),
+            driver.cuGraphAddKernelNode,
             "cuGraphAddKernelNode",
+            params,
             owners=owners,
             info={"config": config, "kernel": kernel, "args": args, "_params": params},
             context=kernel.module.context,
@@ -1001,8 +1068,9 @@ class GraphDefinition:
         return self._add(
             "host",
             deps,
-            lambda: driver.cuGraphAddHostNode(self._handle, None, 0, params),
+            driver.cuGraphAddHostNode,
             "cuGraphAddHostNode",
+            params,
             owners=(entry,),
             info={"fn": fn},
         )
@@ -1015,8 +1083,9 @@ class GraphDefinition:
         return self._add(
             "event_record",
             deps,
-            lambda: driver.cuGraphAddEventRecordNode(self._handle, None, 0, handle),
+            driver.cuGraphAddEventRecordNode,
             "cuGraphAddEventRecordNode",
+            handle,
             owners=(event,),
             info={"event": event},
             context=event.context,
@@ -1030,8 +1099,9 @@ class GraphDefinition:
         return self._add(
             "wait_event",
             deps,
-            lambda: driver.cuGraphAddEventWaitNode(self._handle, None, 0, handle),
+            driver.cuGraphAddEventWaitNode,
             "cuGraphAddEventWaitNode",
+            handle,
             owners=(event,),
             info={"event": event},
             context=event.context,
@@ -1064,8 +1134,9 @@ class GraphDefinition:
         node = self._add(
             "mem_alloc",
             deps,
-            lambda: driver.cuGraphAddMemAllocNode(self._handle, None, 0, params),
+            driver.cuGraphAddMemAllocNode,
             "cuGraphAddMemAllocNode",
+            params,
             info=info,
         )
         info["ptr"] = int(params.dptr)
@@ -1080,8 +1151,9 @@ class GraphDefinition:
         return self._add(
             "mem_free",
             deps,
-            lambda: driver.cuGraphAddMemFreeNode(self._handle, None, 0, dptr),
+            driver.cuGraphAddMemFreeNode,
             "cuGraphAddMemFreeNode",
+            dptr,
             info={"ptr": address},
         )
 
@@ -1100,8 +1172,9 @@ class GraphDefinition:
         return self._add(
             "graph",
             deps,
-            lambda: driver.cuGraphAddChildGraphNode(self._handle, None, 0, child_handle),
+            driver.cuGraphAddChildGraphNode,
             "cuGraphAddChildGraphNode",
+            child_handle,
             owners=owners,
             info={"child": child._int},
             context=child._context,
@@ -1148,10 +1221,22 @@ class GraphDefinition:
         return twin
 
     def _signature(self) -> tuple[tuple[str, ...], frozenset[tuple[int, int]], list[Node]]:
+        """The shape (node kinds in creation order, edges by creation index), read from the driver.
+
+        Cached until cuguard next changes the definition (any node added, destroyed or
+        wrapped, any edge change, failed or not). Changes made to the ``CUgraph`` behind
+        cuguard's back (through :attr:`handle`) are not seen until then; the shape only
+        explains :meth:`Graph.update` refusals, the driver still checks the real graph.
+        """
+        shape = self._shape
+        if shape is not None and shape[0] == self._version:
+            return shape[1]
         nodes = sorted(self.nodes, key=_order)
         index = {node: i for i, node in enumerate(nodes)}
         edges = frozenset((index[a], index[b]) for a, b in self.edges)
-        return tuple(n._kind for n in nodes), edges, nodes
+        signature = (tuple(n._kind for n in nodes), edges, nodes)
+        self._shape = (self._version, signature)  # after the reads: wrapping nodes bumps the version
+        return signature
 
     def instantiate(self) -> Graph:
         """An executable :class:`Graph` made from the definition (``cuGraphInstantiate``).
@@ -1163,11 +1248,19 @@ class GraphDefinition:
         """
         self._check_open()
         kinds, edges, _ = self._signature()
+        # The executable graph inherits the payload's user object: it keeps what later
+        # updates bring alive too (see Graph.update), so a definition without owners gets one now.
+        fresh = None if self._payload else self._attach()
         context = self._context
-        if context is None:
-            handle = _instantiate(self._handle)
-        else:
-            handle = call_in(context, _instantiate, _exec_destroy, self._handle)
+        try:
+            if context is None:
+                handle = _instantiate(self._handle)
+            else:
+                handle = call_in(context, _instantiate, _exec_destroy, self._handle)
+        except BaseException as exc:
+            if fresh is not None:
+                self._detach(fresh, exc)
+            raise
         return Graph._make(handle, context, self._owners, (kinds, edges))
 
     def close(self) -> None:
@@ -1190,6 +1283,7 @@ class GraphDefinition:
         self._nodes = {}
         self._found = {}
         self._owners = {}
+        self._shape = None
 
     def _discard(self, exc: BaseException) -> None:
         try:
@@ -1220,12 +1314,10 @@ class GraphDefinition:
             report(err, "cuGraphDestroy", self._handle, "the graph was leaked")
 
 
-def _attach_payload(graph: Any, owners: dict[int, object]) -> None:
-    """Create the user object of ``owners`` and move it into ``graph``; create nothing on failure."""
+def _attach_payload(graph: Any, owners: dict[int, object]) -> Any:
+    """Create the user object of ``owners`` and move it into ``graph``; return it; create nothing on failure."""
     token = _lifetime.register_payload(owners)
-    err, obj = driver.cuUserObjectCreate(
-        token, _types().CUhostFn(_lifetime.destructor_address()), 1, _NO_DESTRUCTOR_SYNC
-    )
+    err, obj = driver.cuUserObjectCreate(token, _destructor(), 1, _NO_DESTRUCTOR_SYNC)
     if err:
         _lifetime.unregister_payload(token)
         raise_status(err, "cuUserObjectCreate")
@@ -1236,6 +1328,17 @@ def _attach_payload(graph: Any, owners: dict[int, object]) -> None:
         if rerr:
             add_failure_note(error, rerr, "cuUserObjectRelease", obj)
         raise error
+    return obj
+
+
+_destructor_fn: list[Any] = []
+
+
+def _destructor() -> Any:
+    """The ``CUhostFn`` of the user-object destructor thunk (made once)."""
+    if not _destructor_fn:
+        _destructor_fn.append(_types().CUhostFn(_lifetime.destructor_address()))
+    return _destructor_fn[0]
 
 
 def _instantiate(graph: Any) -> Any:
