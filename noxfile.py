@@ -16,6 +16,9 @@ Sessions
   cuguard-testing installed; with no GPU it runs on the simulated driver.
 - ``differential``: runs the simulator-versus-driver scenarios (``scripts/differential.py``);
   with no GPU only on the simulator, which checks that every scenario runs.
+- ``docs``: runs every Python example of the user guide (``docs/test_examples.py``: the
+  contract page has one per clause) and builds the guide and API reference with Sphinx,
+  warnings as errors, with every package installed editable.
 - ``build``: builds the sdist and wheel of every package and of the meta-package in
   isolation (dependencies from the index, never from the tree), then
   ``.ci/check_dists.py`` checks the built metadata against the tree.
@@ -46,7 +49,7 @@ ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
 
 # What the default run (`nox`, and so `.ci/run`) runs, in this order.
-DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "demo", "differential", "build"]
+DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "demo", "differential", "docs", "build"]
 nox.options.sessions = DEFAULT_SESSIONS
 
 # Tool versions are pinned so that a new release of a checker cannot break a clean tree.
@@ -54,6 +57,7 @@ RUFF = "ruff==0.17.6"
 MYPY = "mypy==2.4.1"
 IMPORT_LINTER = "import-linter==2.17"
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "numpy>=1.26"]
+DOCS_TOOLS = ["sphinx==9.0.4", "myst-parser==5.2.0"]
 
 # cuda-bindings majors; a package runs its tests once per major it is listed under.
 BINDINGS = {12: "cuda-bindings>=12.9,<13", 13: "cuda-bindings>=13,<14"}
@@ -243,3 +247,29 @@ def bench(session: nox.Session) -> None:
         str(out),
         *session.posargs,
     )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Run the user guide's examples, then build the guide and API reference (warnings are errors).
+
+    The HTML goes to the session's tmp directory. Arguments after ``--`` go to pytest.
+    """
+    _install_local(session, list(PACKAGES.values()), *DOCS_TOOLS, "pytest>=8", "numpy>=1.26")
+    docs_dir = ROOT / "docs"
+    session.run("pytest", "-q", "-p", "no:cacheprovider", str(docs_dir / "test_examples.py"), *session.posargs)
+    out = Path(session.create_tmp()) / "docs"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run(
+        "sphinx-build",
+        "-W",
+        "--keep-going",
+        "-q",
+        "-b",
+        "html",
+        "-d",
+        str(out / "doctrees"),
+        str(docs_dir),
+        str(out / "html"),
+    )
+    session.log(f"HTML: {out / 'html' / 'index.html'}")
