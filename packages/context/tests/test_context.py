@@ -377,3 +377,13 @@ def test_threads_keep_their_own_context_under_restore_failures(two: tuple[Contex
         for thread in threads:
             thread.join()
     assert failures == []
+
+
+@pytest.mark.contract("W1")
+def test_garbage_collected_primary_retain_names_the_call_that_failed() -> None:
+    # Found by the failure-point sweep: a failed cuDeviceGet was reported as cuDevicePrimaryCtxRelease.
+    p = Context.primary(0)
+    with inject("cuDeviceGet", OUT_OF_MEMORY), pytest.warns(CUDAWarning, match=r"^cuDeviceGet\(") as caught:
+        del p
+    assert all("cuDevicePrimaryCtxRelease" not in str(w.message) for w in caught)
+    Context.primary(0).close()  # the retain was leaked; the context is still usable

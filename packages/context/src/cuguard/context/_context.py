@@ -272,9 +272,10 @@ class Context:
         try:
             if self._kind == "primary":
                 err, dev = driver.cuDeviceGet(self._device)
+                call = "cuDeviceGet"
                 if not err:
                     (err,) = driver.cuDevicePrimaryCtxRelease(dev)
-                call = "cuDevicePrimaryCtxRelease"
+                    call = "cuDevicePrimaryCtxRelease"
             else:
                 (err,) = driver.cuCtxDestroy(self._handle)
                 call = "cuCtxDestroy"
