@@ -262,11 +262,19 @@ class Node:
     # --- builders: a new node that depends on this one ---
 
     def join(self, *nodes: Node) -> Node:
-        """An empty node that depends on this node and on ``nodes``."""
+        """An empty node that depends on this node and on ``nodes``.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
         return self._graph._empty((self, *nodes) if nodes else (self,))
 
     def empty(self) -> Node:
-        """An empty node that depends on this node."""
+        """An empty node that depends on this node.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
         return self._graph._empty((self,))
 
     def memset(self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1) -> Node:
@@ -286,11 +294,19 @@ class Node:
         return self._graph.callback(fn, deps=(self,))
 
     def record(self, event: Event) -> Node:
-        """An event-record node after this node."""
+        """An event-record node after this node.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
         return self._graph.record(event, deps=(self,))
 
     def wait(self, event: Event) -> Node:
-        """An event-wait node after this node."""
+        """An event-wait node after this node.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
         return self._graph.wait(event, deps=(self,))
 
     def allocate(self, size: int, *, device: Device | int | None = None) -> Node:
@@ -685,7 +701,11 @@ class GraphDefinition:
 
     @property
     def nodes(self) -> frozenset[Node]:
-        """Every node of the definition, as the driver lists them (``cuGraphGetNodes``)."""
+        """Every node of the definition, as the driver lists them (``cuGraphGetNodes``).
+
+        Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError` if the
+        driver refuses.
+        """
         self._check_open()
         err, _, count = driver.cuGraphGetNodes(self._handle, 0)
         if err:
@@ -896,11 +916,19 @@ class GraphDefinition:
         return node
 
     def empty(self, *deps: Node) -> Node:
-        """An empty node depending on ``deps`` (a join point when there are several)."""
+        """An empty node depending on ``deps`` (a join point when there are several).
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
+        """
         return self._empty(deps)
 
     def join(self, *nodes: Node) -> Node:
-        """An empty node depending on every node of ``nodes``."""
+        """An empty node depending on every node of ``nodes``.
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
+        """
         return self._empty(nodes)
 
     def _empty(self, deps: tuple[object, ...]) -> Node:
@@ -946,6 +974,9 @@ class GraphDefinition:
 
         ``element_size`` (1, 2 or 4) is the width of ``value``; ``size`` must
         be a multiple of it. Keeps ``dst`` alive (see the class docstring).
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
         if not isinstance(dst, Buffer):
             raise TypeError(f"dst must be a Buffer, not {type(dst).__name__}")
@@ -989,6 +1020,9 @@ class GraphDefinition:
 
         Each side is a device :class:`~cuguard.resources.Buffer` or a
         :class:`~cuguard.resources.PinnedBuffer`. Keeps both alive.
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
         for name, obj in (("dst", dst), ("src", src)):
             if not isinstance(obj, Buffer | PinnedBuffer):
@@ -1037,6 +1071,9 @@ class GraphDefinition:
 
         Keeps the kernel, its module and every buffer in ``args`` alive.
         Parameters can be changed later with :meth:`Node.set_params`.
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
         params, owners = _kernel_params(config, kernel, args)
         assert isinstance(kernel, Kernel)
@@ -1076,7 +1113,11 @@ class GraphDefinition:
         )
 
     def record(self, event: Event, *, deps: Iterable[Node] = ()) -> Node:
-        """A node recording ``event`` when the graph reaches it; keeps the event alive."""
+        """A node recording ``event`` when the graph reaches it; keeps the event alive.
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
+        """
         if not isinstance(event, Event):
             raise TypeError(f"event must be an Event, not {type(event).__name__}")
         handle = event.handle
@@ -1092,7 +1133,11 @@ class GraphDefinition:
         )
 
     def wait(self, event: Event, *, deps: Iterable[Node] = ()) -> Node:
-        """A node making the graph wait for ``event``'s last record; keeps the event alive."""
+        """A node making the graph wait for ``event``'s last record; keeps the event alive.
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
+        """
         if not isinstance(event, Event):
             raise TypeError(f"event must be an Event, not {type(event).__name__}")
         handle = event.handle
@@ -1114,6 +1159,9 @@ class GraphDefinition:
         the graph: free it with a :meth:`deallocate` node (CUDA's rules for
         graph memory apply: an executable graph whose allocation was not freed
         cannot be launched again until it is).
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
         nbytes = _size_arg(size)
         if nbytes == 0:
@@ -1143,7 +1191,11 @@ class GraphDefinition:
         return node
 
     def deallocate(self, ptr: int | Node, *, deps: Iterable[Node] = ()) -> Node:
-        """A node freeing graph memory: ``ptr`` is an address or the :meth:`allocate` node."""
+        """A node freeing graph memory: ``ptr`` is an address or the :meth:`allocate` node.
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
+        """
         address = ptr.ptr if isinstance(ptr, Node) else ptr
         if isinstance(address, bool) or not isinstance(address, int) or address <= 0:
             raise TypeError(f"ptr must be a device address or an allocation node, not {ptr!r}")
@@ -1162,6 +1214,9 @@ class GraphDefinition:
 
         Later changes to ``child`` do not affect the node. Everything the
         child's nodes use is kept alive by this definition too.
+
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
         if not isinstance(child, GraphDefinition):
             raise TypeError(f"child must be a GraphDefinition, not {type(child).__name__}")
@@ -1425,7 +1480,12 @@ class Graph:
             raise_status(err, "cuGraphLaunch")
 
     def upload(self, stream: Stream) -> None:
-        """Upload the graph's work to the device ahead of a launch, ordered on ``stream``."""
+        """Upload the graph's work to the device ahead of a launch, ordered on ``stream``.
+
+        Raises ``ResourceClosedError`` once closed, ``TypeError`` for a non-stream and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; the graph is unchanged and usable
+        then.
+        """
         self._check_open()
         if not isinstance(stream, Stream):
             raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")

@@ -144,7 +144,9 @@ class Device:
         if priority is None and not context._closed:
             # Fast path: the device's context is current already, so no switch (C1).
             err, current = driver.cuCtxGetCurrent()
-            if not err and current == context._handle:
+            if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                raise_status(err, "cuCtxGetCurrent")
+            if current == context._handle:
                 err, handle = driver.cuStreamCreate(flags)
                 if err:
                     raise_status(err, "cuStreamCreate")
@@ -170,7 +172,9 @@ class Device:
         if not context._closed:
             # Fast path: the device's context is current already, so no switch (C1).
             err, current = driver.cuCtxGetCurrent()
-            if not err and current == context._handle:
+            if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                raise_status(err, "cuCtxGetCurrent")
+            if current == context._handle:
                 err, handle = driver.cuEventCreate(0 if timing else 2)
                 if err:
                     raise_status(err, "cuEventCreate")
@@ -197,7 +201,9 @@ class Device:
         if type(stream) is Stream and type(size) is int and size >= 0 and not (context._closed or stream._closed):
             # Fast path: stream-ordered, and the device's context is current already (C1).
             err, current = driver.cuCtxGetCurrent()
-            if not err and current == context._handle:
+            if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                raise_status(err, "cuCtxGetCurrent")
+            if current == context._handle:
                 err, ptr = driver.cuMemAllocAsync(size, stream._handle)
                 if err:
                     raise_status(err, "cuMemAllocAsync")

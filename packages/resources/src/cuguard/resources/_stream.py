@@ -238,7 +238,9 @@ class Event(Resource):
         if not context._closed:
             # Fast path: the event's context is current already, so no switch (C1).
             err, current = driver.cuCtxGetCurrent()
-            if not err and current == context._handle:
+            if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                raise_status(err, "cuCtxGetCurrent")
+            if current == context._handle:
                 err, handle = driver.cuEventCreate(flags)
                 if err:
                     raise_status(err, "cuEventCreate")
