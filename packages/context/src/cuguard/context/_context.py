@@ -196,7 +196,10 @@ class Context:
         """The ordinal of the device this context belongs to.
 
         Known from creation; for a wrapped context it is asked from the driver
-        once (running in this context, then restoring the caller's).
+        once (running in this context, then restoring the caller's). That query
+        raises ``ResourceClosedError`` for a closed context and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses (C2 applies to the
+        restore).
         """
         if self._device is None:
             self._device = call_in(self, _current_device, None)

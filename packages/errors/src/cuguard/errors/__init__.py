@@ -75,15 +75,24 @@ __version__ = "0.1.0"
 
 
 def error_name(code: int) -> str:
-    """The driver's name for a ``CUresult`` code, e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``; needs no driver."""
+    """The driver's name for a ``CUresult`` code, e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``; needs no driver.
+
+    Never fails for an integer: an unknown code gets a generic name. A non-integer raises ``TypeError``.
+    """
     return _driver_entry(int(code))[0]
 
 
 def error_description(code: int) -> str:
-    """The driver's description of a ``CUresult`` code, e.g. ``"out of memory"``; needs no driver."""
+    """The driver's description of a ``CUresult`` code, e.g. ``"out of memory"``; needs no driver.
+
+    Never fails for an integer: an unknown code gets a generic description. A non-integer raises ``TypeError``.
+    """
     return _driver_entry(int(code))[1]
 
 
 def is_sticky(code: int) -> bool:
-    """Whether a ``CUresult`` code is one after which the driver refuses all further work."""
+    """Whether a ``CUresult`` code is one after which the driver refuses all further work.
+
+    Needs no driver; a non-integer raises ``TypeError``.
+    """
     return int(code) in _STICKY_CODES

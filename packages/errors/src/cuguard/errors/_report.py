@@ -37,7 +37,10 @@ __all__ = [
 
 
 def format_handle(handle: object) -> str:
-    """Render a driver handle (``CUstream``, ``CUdeviceptr``, int...) as ``0x...``."""
+    """Render a driver handle (``CUstream``, ``CUdeviceptr``, int...) as ``0x...``.
+
+    Never raises: ``None`` renders as ``NULL``, and anything without an integer value as its ``repr``.
+    """
     if handle is None:
         return "NULL"
     try:

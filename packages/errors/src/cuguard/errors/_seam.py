@@ -102,14 +102,20 @@ driver = DriverSeam()
 
 
 def active_driver() -> Any:
-    """The driver object calls go to now: an installed one, or the real driver."""
+    """The driver object calls go to now: an installed one, or the real driver.
+
+    With none installed, loads the real driver, which raises :class:`CUDADriverNotFoundError`
+    when there is none (see :func:`real_driver`).
+    """
     return _active if _active is not None else real_driver()
 
 
 def install_driver(new: Any) -> Any:
     """Make ``new`` the active driver (``None``: the real one); return the previous one.
 
-    Prefer :func:`use_driver`, which restores the previous driver on exit.
+    Prefer :func:`use_driver`, which restores the previous driver on exit. Never raises and
+    never calls either driver; objects made under the previous driver stay bound to it (see
+    :func:`driver_token`).
     """
     global _active, _token
     with _lock:
@@ -130,7 +136,7 @@ def driver_token() -> Any:
     ``wrapped_driver`` attribute, so installing or removing it keeps the
     token. Objects record the token at creation: one whose token is no longer
     current belongs to a driver that was uninstalled (a simulator of an earlier
-    test), and must not be released into the driver now installed.
+    test), and must not be released into the driver now installed. Never raises.
     """
     return _token
 

@@ -98,9 +98,11 @@ class FaultPlan:
     ``function`` is a driver function name (``"cuCtxSetCurrent"`` also matches
     restores), or ``None`` for every function. ``restore_only`` limits the plan
     to restores of a caller's context. Matching calls are counted in ``seen``;
-    the ``nth`` matching call fails (or every one, with ``every``). ``fired``
-    counts the failures injected so far. ``exempt`` names functions a plan for
-    every function leaves alone.
+    the ``nth`` matching call fails (or every one, with ``every``); ``when``, if
+    given, is called with a call's argument tuple and only calls it accepts are
+    counted. ``fired`` counts the failures injected so far. ``exempt`` names
+    functions a plan for every function leaves alone. A failing ``when`` raises
+    into the driver call it was asked about.
     """
 
     function: str | None
@@ -258,7 +260,7 @@ class FaultProxy:
         return result
 
     def live_objects(self) -> dict[tuple[str, int], int]:
-        """Objects created through this proxy and not released: ``(kind, handle) -> count``."""
+        """Objects created through this proxy and not released: ``(kind, handle) -> count``. Never raises."""
         with self._lock:
             return dict(self.live)
 
@@ -384,6 +386,8 @@ def record_calls() -> Iterator[list[DriverCall]]:
     """Record every driver call made inside the block, from any thread.
 
     Yields a list that fills with :class:`DriverCall` entries in call order.
+    Never makes a call fail; with no driver installed and none loadable, entering
+    raises :class:`~cuguard.errors.CUDADriverNotFoundError`.
     """
     proxy = _acquire()
     log: list[DriverCall] = []

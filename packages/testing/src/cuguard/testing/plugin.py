@@ -95,7 +95,8 @@ class Faults:
     """Fault plans that stay active until the end of the test.
 
     Each method takes the arguments of the module-level function of the same
-    name in :mod:`cuguard.testing` and returns its :class:`FaultPlan`.
+    name in :mod:`cuguard.testing`, raises what it raises for bad arguments
+    (``ValueError``, ``TypeError``) and returns its :class:`FaultPlan`.
     """
 
     def __init__(self, stack: ExitStack) -> None:
@@ -174,7 +175,7 @@ def cuguard_driver(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def cuguard_faults() -> Iterator[Faults]:
-    """Fault plans for the test; all are lifted when the test ends."""
+    """Fault plans for the test (a :class:`Faults`); all are lifted when the test ends, also when it fails."""
     with ExitStack() as stack:
         yield Faults(stack)
 
