@@ -77,7 +77,8 @@ __version__ = "0.1.0"
 def error_name(code: int) -> str:
     """The driver's name for a ``CUresult`` code, e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``; needs no driver.
 
-    Never fails for an integer: an unknown code gets a generic name. A non-integer raises ``TypeError``.
+    ``code`` goes through ``int()``; an unknown code gets a generic name, and a value ``int()``
+    refuses raises its ``TypeError`` or ``ValueError``.
     """
     return _driver_entry(int(code))[0]
 
@@ -85,7 +86,8 @@ def error_name(code: int) -> str:
 def error_description(code: int) -> str:
     """The driver's description of a ``CUresult`` code, e.g. ``"out of memory"``; needs no driver.
 
-    Never fails for an integer: an unknown code gets a generic description. A non-integer raises ``TypeError``.
+    ``code`` goes through ``int()``; an unknown code gets a generic description, and a value ``int()``
+    refuses raises its ``TypeError`` or ``ValueError``.
     """
     return _driver_entry(int(code))[1]
 
@@ -93,6 +95,6 @@ def error_description(code: int) -> str:
 def is_sticky(code: int) -> bool:
     """Whether a ``CUresult`` code is one after which the driver refuses all further work.
 
-    Needs no driver; a non-integer raises ``TypeError``.
+    Needs no driver; ``code`` goes through ``int()``, whose ``TypeError`` or ``ValueError`` propagates.
     """
     return int(code) in _STICKY_CODES
