@@ -258,7 +258,12 @@ class Buffer(Resource):
             raise_status(err, call)
 
     def fill(self, value: int, stream: Stream | None = None) -> None:
-        """Set every byte to ``value`` (0..255), queued on ``stream`` or synchronously."""
+        """Set every byte to ``value`` (0..255), queued on ``stream`` or synchronously.
+
+        Raises ``ValueError`` for another value (before any driver call),
+        ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError`
+        if the driver refuses; nothing was queued then.
+        """
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
             raise ValueError(f"fill value must be an int from 0 to 255, not {value!r}")
         dst = self.handle
@@ -368,7 +373,11 @@ class PinnedBuffer(Resource):
         return int(self.handle)
 
     def numpy(self, dtype: Any = "uint8") -> Any:
-        """A NumPy array over the memory (1-D, of ``dtype``); it keeps this buffer alive."""
+        """A NumPy array over the memory (1-D, of ``dtype``); it keeps this buffer alive.
+
+        Raises ``ResourceClosedError`` once closed, ``ImportError`` without NumPy,
+        and NumPy's ``ValueError`` when the size is not a multiple of ``dtype``'s.
+        """
         import numpy as np
 
         address = self.address

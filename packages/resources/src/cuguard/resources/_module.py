@@ -45,7 +45,13 @@ class Program:
         self.options = tuple(options)
 
     def compile(self, target: str = "ptx") -> bytes:
-        """Compile to ``"ptx"`` or ``"cubin"`` and return the image bytes."""
+        """Compile to ``"ptx"`` or ``"cubin"`` and return the image bytes.
+
+        Raises ``ValueError`` for another target, and
+        :class:`~cuguard.errors.NVRTCError` (with the compiler's log) when NVRTC
+        cannot be loaded or compilation fails; the NVRTC program is destroyed
+        either way.
+        """
         if target not in ("ptx", "cubin"):
             raise ValueError(f"target must be 'ptx' or 'cubin', not {target!r}")
         nvrtc = _nvrtc()
@@ -176,7 +182,14 @@ class Module(Resource):
 
     @classmethod
     def load(cls, context: Context, image: bytes | str) -> Module:
-        """Load ``image`` (PTX text or a cubin) into ``context``."""
+        """Load ``image`` (PTX text or a cubin) into ``context``.
+
+        Raises ``TypeError`` for an image that is not ``bytes``/``str``,
+        ``ResourceClosedError`` for a closed context and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses (for example
+        ``CUDA_ERROR_INVALID_IMAGE``); nothing is loaded then and the caller's
+        context is unchanged.
+        """
         if isinstance(image, str):
             image = image.encode()
         if not isinstance(image, bytes | bytearray):
@@ -213,7 +226,12 @@ class Module(Resource):
 
 
 class Kernel:
-    """A kernel of a loaded :class:`Module`; keeps its module alive."""
+    """A kernel of a loaded :class:`Module`; keeps its module alive.
+
+    Made by :meth:`Module.get_kernel`. ``handle`` is the ``CUfunction``,
+    ``name`` the entry name and ``module`` the :class:`Module`. A kernel of a
+    closed module is refused by :func:`launch` with ``ResourceClosedError``.
+    """
 
     __slots__ = ("handle", "module", "name")
 

@@ -99,6 +99,9 @@ class Stream(Resource):
 
         ``obj`` has ``__cuda_stream__`` (returning ``(version, handle)``) or is
         a ``CUstream``/int handle; ``context`` is the context it belongs to.
+        Closing the wrapper never destroys the stream. A handle that cannot be
+        read as an int raises ``TypeError``/``ValueError``; asking a wrapped
+        context for its device may raise :class:`~cuguard.errors.CUDAError`.
         """
         protocol = getattr(obj, "__cuda_stream__", None)
         if protocol is not None:
@@ -120,7 +123,10 @@ class Stream(Resource):
 
     @property
     def flags(self) -> int:
-        """The stream's creation flags (``CU_STREAM_NON_BLOCKING`` = 1)."""
+        """The stream's creation flags (``CU_STREAM_NON_BLOCKING`` = 1).
+
+        Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError` if the driver refuses.
+        """
         err, flags = driver.cuStreamGetFlags(self.handle)
         if err:
             raise_status(err, "cuStreamGetFlags")
@@ -128,7 +134,10 @@ class Stream(Resource):
 
     @property
     def priority(self) -> int:
-        """The stream's priority (lower numbers are higher priorities)."""
+        """The stream's priority (lower numbers are higher priorities).
+
+        Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError` if the driver refuses.
+        """
         err, priority = driver.cuStreamGetPriority(self.handle)
         if err:
             raise_status(err, "cuStreamGetPriority")
@@ -298,7 +307,11 @@ class Event(Resource):
             raise_status(err, "cuEventRecord")
 
     def sync(self) -> None:
-        """Wait until the work before the last record has finished."""
+        """Wait until the work before the last record has finished.
+
+        Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError`
+        if the driver refuses; a kernel fault surfaces here as a sticky ``CUDAError``.
+        """
         (err,) = driver.cuEventSynchronize(self.handle)
         if err:
             raise_status(err, "cuEventSynchronize")
