@@ -202,6 +202,26 @@ def mem_async_cases(d: Any) -> Obs:
 
 
 @scenario
+def alloc_async_needs_only_the_stream(d: Any) -> Obs:
+    out: Obs = []
+    with Ctx(d) as a:
+        s = ok(d.cuStreamCreate(0))
+        with Ctx(d):
+            p = ok(d.cuMemAllocAsync(64, s))  # another context is current
+            out.append(name(d.cuMemsetD8Async(p, 5, 64, s)[0]))
+            out.append(name(d.cuMemFreeAsync(p, s)[0]))
+        d.cuCtxSetCurrent(B.CUcontext(0))
+        err, p2 = d.cuMemAllocAsync(64, s)  # no context is current
+        out.append(name(err))
+        if not err:
+            out.append(name(d.cuMemFreeAsync(p2, s)[0]))
+        d.cuCtxSetCurrent(a)
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
 def memcpy_round_trip_and_freed(d: Any) -> Obs:
     with Ctx(d):
         p = ok(d.cuMemAlloc(16))

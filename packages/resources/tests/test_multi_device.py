@@ -37,7 +37,9 @@ def test_methods_of_one_device_while_the_other_is_current(devices: tuple[Device,
         stream = there.create_stream()
         event = there.create_event()
         buf = there.allocate(64, stream=stream)
-    assert _switches(log) == ["cuCtxSetCurrent", "cuCtxSetCurrent"] * 3
+    # Stream and event are created in their device's context: one switch in and one out
+    # each. Stream-ordered allocation needs no context, so no switch at all.
+    assert _switches(log) == ["cuCtxSetCurrent", "cuCtxSetCurrent"] * 2
     assert Context.current() == here.context
     assert stream.device == there.ordinal
     assert buf.device == there.ordinal
@@ -71,3 +73,12 @@ def test_event_on_one_device_waited_from_the_other(devices: tuple[Device, Device
         assert done.query()
         done.close()
     assert Context.current() is None
+
+
+@pytest.mark.contract("E3")
+def test_stream_of_another_device_is_refused_for_allocation(devices: tuple[Device, Device]) -> None:
+    d0, d1 = devices
+    assert d1.context is not None  # retained before the calls are recorded
+    with d0.create_stream() as s0, record_calls() as log, pytest.raises(ValueError, match="belongs to device 0"):
+        d1.allocate(8, stream=s0)
+    assert log == []

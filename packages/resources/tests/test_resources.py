@@ -87,7 +87,7 @@ def test_failed_rollback_is_a_note(device: Device, stream: Stream) -> None:
 
 
 @pytest.mark.contract("C2", "G1")
-@pytest.mark.parametrize("op", sorted(set(CREATORS) - {"stream_record_new_event"}))
+@pytest.mark.parametrize("op", sorted(set(CREATORS) - {"stream_record_new_event", "allocate_on_stream"}))
 def test_failed_restore_destroys_what_was_created(
     device: Device, stream: Stream, other_context: Context, op: str
 ) -> None:
@@ -97,6 +97,15 @@ def test_failed_restore_destroys_what_was_created(
     # The thread keeps the device's context; set_current() fixes it.
     assert _current() == device.context
     other_context.set_current()
+
+
+@pytest.mark.contract("C1", "G2")
+def test_stream_ordered_allocation_needs_no_switch(device: Device, stream: Stream, other_context: Context) -> None:
+    with record_calls() as log:
+        buf = device.allocate(64, stream=stream)
+    assert [c.name for c in log] == ["cuMemAllocAsync"]
+    assert Context.current() == other_context
+    buf.close()
 
 
 @pytest.mark.contract("C1", "G2")

@@ -7,6 +7,7 @@ from typing import Any
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import driver, raise_status
 from cuguard.resources._memory import Buffer, PinnedBuffer
+from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
 from cuguard.resources._stream import Event, Stream
 
@@ -191,33 +192,42 @@ class Device:
     def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
         """Allocate ``size`` bytes of device memory.
 
-        With ``stream`` the allocation is stream-ordered on it, and the buffer
-        will be freed on that stream (W5); otherwise it is synchronous
-        (``size`` 0 is then refused by the driver).
+        With ``stream`` (a stream of this device; another device's stream
+        raises ``ValueError``) the allocation is stream-ordered on it, and the
+        buffer will be freed on that stream (W5); it needs no context switch.
+        Otherwise it is synchronous (``size`` 0 is then refused by the
+        driver). Raises :class:`~cuguard.errors.CUDAError` if the driver
+        refuses; nothing is allocated then.
         """
         context = self._context
         if context is None:
             context = self.context
-        if type(stream) is Stream and type(size) is int and size >= 0 and not (context._closed or stream._closed):
-            # Fast path: stream-ordered, and the device's context is current already (C1).
-            err, current = driver.cuCtxGetCurrent()
-            if err:  # never swallowed: the slow path would ask again, a retry (C4)
-                raise_status(err, "cuCtxGetCurrent")
-            if current == context._handle:
-                err, ptr = driver.cuMemAllocAsync(size, stream._handle)
-                if err:
-                    raise_status(err, "cuMemAllocAsync")
-                buf = _new(Buffer)
-                buf._handle = ptr
-                buf._context = context
-                buf._owned = True
-                buf._device = self._ordinal
-                buf._size = size
-                buf._stream = stream
-                buf._closed = False
-                return buf
-        if stream is not None and not isinstance(stream, Stream):
-            raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+        if stream is not None:
+            # Stream-ordered: the driver allocates from the pool of the stream's
+            # device whatever context is current (seen on an H200, differential
+            # scenario alloc_async_needs_only_the_stream), so no context check
+            # or switch is needed, and the current context is untouched (G2).
+            if type(stream) is not Stream and not isinstance(stream, Stream):
+                raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+            if type(size) is not int or size < 0:
+                _check_size(size)
+            if stream._device != self._ordinal:
+                raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {self!r}")
+            if stream._closed or context._closed:
+                stream._check_open()
+                context.handle  # raises ResourceClosedError  # noqa: B018
+            err, ptr = driver.cuMemAllocAsync(size, stream._handle)
+            if err:
+                raise_status(err, "cuMemAllocAsync")
+            buf = _new(Buffer)
+            buf._handle = ptr
+            buf._context = context
+            buf._owned = True
+            buf._device = self._ordinal
+            buf._size = size
+            buf._stream = stream
+            buf._closed = False
+            return buf
         return Buffer._allocate(context, self._ordinal, size, stream)
 
     def allocate_pinned(self, size: int) -> PinnedBuffer:
