@@ -36,6 +36,7 @@ from cuguard.testing import SimulatedDriver  # noqa: E402
 R = B.CUresult
 Obs = list[Any]
 SCENARIOS: dict[str, Callable[[Any], Obs]] = {}
+TWO_DEVICE: set[str] = set()  # scenarios that need two devices on both drivers
 
 PTX = b"""
 .version 8.0
@@ -390,9 +391,64 @@ def graph_without_context(d: Any) -> Obs:
     return out
 
 
-def run_all(driver: Any) -> dict[str, Any]:
+def two_devices(fn: Callable[[Any], Obs]) -> Callable[[Any], Obs]:
+    TWO_DEVICE.add(fn.__name__)
+    return scenario(fn)
+
+
+class Dev1Ctx(Ctx):
+    """A created context on device 1."""
+
+    def __enter__(self) -> Any:
+        self.ctx = ok(self.d.cuCtxCreate(None, 0, ok(self.d.cuDeviceGet(1))))
+        return self.ctx
+
+
+@two_devices
+def two_devices_primary_contexts_differ(d: Any) -> Obs:
+    d0, d1 = ok(d.cuDeviceGet(0)), ok(d.cuDeviceGet(1))
+    p0, p1 = ok(d.cuDevicePrimaryCtxRetain(d0)), ok(d.cuDevicePrimaryCtxRetain(d1))
+    d.cuCtxSetCurrent(p1)
+    dev = int(ok(d.cuCtxGetDevice()))
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out = [int(p0) != int(p1), dev]
+    d.cuDevicePrimaryCtxRelease(d0)
+    d.cuDevicePrimaryCtxRelease(d1)
+    return out
+
+
+@two_devices
+def two_devices_copy_and_cross_wait(d: Any) -> Obs:
+    with Ctx(d) as c0:
+        s0 = ok(d.cuStreamCreate(0))
+        a = ok(d.cuMemAlloc(32))
+        d.cuMemcpyHtoD(a, bytes(range(32)), 32)
+        ev = ok(d.cuEventCreate(2))
+        d.cuEventRecord(ev, s0)
+        with Dev1Ctx(d):
+            s1 = ok(d.cuStreamCreate(0))
+            b = ok(d.cuMemAlloc(32))
+            waited = name(d.cuStreamWaitEvent(s1, ev, 0)[0])
+            copied = name(d.cuMemcpyDtoDAsync(b, a, 32, s1)[0])
+            synced = name(d.cuStreamSynchronize(s1)[0])
+            back = bytearray(32)
+            d.cuMemcpyDtoH(back, b, 32)
+            wrong = name(d.cuEventRecord(ev, s1)[0])  # an event of device 0 on a stream of device 1
+            d.cuMemFree(b)
+            d.cuStreamDestroy(s1)
+        d.cuCtxSetCurrent(c0)
+        d.cuEventDestroy(ev)
+        d.cuMemFree(a)
+        d.cuStreamDestroy(s0)
+    return [waited, copied, synced, bytes(back) == bytes(range(32)), wrong]
+
+
+def run_all(driver: Any, devices: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for key, fn in SCENARIOS.items():
+        if key in TWO_DEVICE and devices < 2:
+            results[key] = "skipped: needs two devices"
+            continue
         try:
             results[key] = fn(driver)
         except Exception as exc:  # noqa: BLE001 - reported as a broken scenario
@@ -406,28 +462,41 @@ def main() -> int:
     parser.add_argument("--sim-only", action="store_true")
     args = parser.parse_args()
 
-    sim = SimulatedDriver(devices=1)
-    sim.cuInit(0)
-    sim_results = run_all(sim)
-    real_results: dict[str, Any] | None = None
+    # The simulator gets as many devices as the real machine has (two without one).
+    devices = 2
     if not args.sim_only:
         B.cuInit(0)
-        real_results = run_all(B)
+        devices = int(ok(B.cuDeviceGetCount()))
+    sim = SimulatedDriver(devices=devices)
+    sim.cuInit(0)
+    sim_results = run_all(sim, devices)
+    real_results: dict[str, Any] | None = None
+    if not args.sim_only:
+        real_results = run_all(B, devices)
     rows = []
     agree = 0
+    skipped = 0
     for key in SCENARIOS:
         s = sim_results[key]
         r = real_results[key] if real_results is not None else s
+        if isinstance(s, str) and s.startswith("skipped"):
+            skipped += 1
+            rows.append({"scenario": key, "sim": s, "real": r, "agree": None})
+            continue
         same = s == r and not (isinstance(s, dict) and "error" in s)
         agree += same
         rows.append({"scenario": key, "sim": s, "real": r, "agree": same})
         if not same:
             print(f"DISAGREE {key}\n  sim:  {s}\n  real: {r}")
     mode = "simulator only" if args.sim_only else "simulator vs real driver"
-    print(f"differential ({mode}): {len(SCENARIOS)} scenarios, {agree} agreed, {len(SCENARIOS) - agree} disagreed")
+    ran = len(SCENARIOS) - skipped
+    print(
+        f"differential ({mode}, {devices} device(s)): {ran} scenarios ran, {agree} agreed, "
+        f"{ran - agree} disagreed, {skipped} skipped (need two devices)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
-    return 0 if agree == len(SCENARIOS) else 1
+    return 0 if agree == ran else 1
 
 
 if __name__ == "__main__":
