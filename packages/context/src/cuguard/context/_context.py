@@ -139,6 +139,14 @@ class Context:
             )
             (derr,) = driver.cuCtxDestroy(handle)
             if derr:
+                # Not destroyed after all: the message must not say so (C2 names what is current).
+                error = CUDAError(
+                    err,
+                    "cuCtxPopCurrent",
+                    "the caller's context could not be restored after creating a context, and the new context "
+                    f"{format_handle(handle)} could not be destroyed either: it was leaked and may still be current; "
+                    "call set_current() on the context you want",
+                )
                 add_failure_note(error, derr, "cuCtxDestroy", handle)
             raise error
         return cls._make(handle, ordinal, "created")
