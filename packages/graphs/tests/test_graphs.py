@@ -211,6 +211,36 @@ def test_update_applies_new_kernel_arguments(cuguard_driver: Any, dev: Device, s
     out.close()
 
 
+@pytest.mark.contract("G5", "W5")
+def test_update_keeps_the_new_definitions_resources_alive(cuguard_driver: Any, dev: Device, stream: Stream) -> None:
+    out = dev.allocate_pinned(16)
+    with leak_check():
+        g = GraphDefinition(dev)
+        buf = dev.allocate(16)
+        g.memset(buf, 1).memcpy(out, buf)
+        graph = g.instantiate()
+        other = GraphDefinition(dev)
+        buf2 = dev.allocate(16)
+        other.memset(buf2, 2).memcpy(out, buf2)
+        graph.update(other)
+        del buf, buf2
+        other.close()
+        g.close()
+        del g, other
+        gc.collect()
+        assert flush_deferred(10)
+        graph.launch(stream)
+        stream.sync()
+        assert bytes(out.numpy()) == b"\x02" * 16
+        graph.close()
+        del graph
+        settle(cuguard_driver)
+    if isinstance(cuguard_driver, SimulatedDriver):
+        assert not cuguard_driver.dangling
+        assert not cuguard_driver.use_after_release
+    out.close()
+
+
 @pytest.mark.contract("E3", "G3")
 def test_update_refused_for_topology_says_why(cuguard_driver: Any, dev: Device, stream: Stream) -> None:
     with GraphDefinition(dev) as g, GraphDefinition(dev) as other:
