@@ -77,7 +77,11 @@ class Device:
 
     @staticmethod
     def count() -> int:
-        """How many CUDA devices the driver sees."""
+        """How many CUDA devices the driver sees.
+
+        Initializes the driver if needed; raises :class:`~cuguard.errors.CUDAError`
+        if it cannot (:class:`~cuguard.errors.CUDADriverNotFoundError` with no driver).
+        """
         init_driver()
         err, count = driver.cuDeviceGetCount()
         if err:
@@ -96,14 +100,18 @@ class Device:
 
     @property
     def name(self) -> str:
-        """The device's product name."""
+        """The device's product name; raises :class:`~cuguard.errors.CUDAError` if the driver refuses."""
         err, raw = driver.cuDeviceGetName(256, self._handle)
         if err:
             raise_status(err, "cuDeviceGetName")
         return bytes(raw).split(b"\x00", 1)[0].decode(errors="replace")
 
     def attribute(self, attribute: Any) -> int:
-        """The value of a ``CUdevice_attribute`` (enum member or int)."""
+        """The value of a ``CUdevice_attribute`` (enum member or int).
+
+        An unknown attribute raises ``ValueError``; a refusal by the driver
+        raises :class:`~cuguard.errors.CUDAError`.
+        """
         from cuda.bindings.driver import CUdevice_attribute
 
         err, value = driver.cuDeviceGetAttribute(CUdevice_attribute(int(attribute)), self._handle)
@@ -129,7 +137,12 @@ class Device:
         return self.context.set_current()
 
     def sync(self) -> None:
-        """Wait for all work on the device's primary context."""
+        """Wait for all work on the device's primary context.
+
+        Switches to it only if another context is current, and restores the
+        caller's context (G2, C1). A kernel fault surfaces here as a sticky
+        :class:`~cuguard.errors.CUDAError`.
+        """
         call_in(self.context, _ctx_sync, None)
 
     def create_stream(self, *, non_blocking: bool = False, priority: int | None = None) -> Stream:
@@ -231,11 +244,20 @@ class Device:
         return Buffer._allocate(context, self._ordinal, size, stream)
 
     def allocate_pinned(self, size: int) -> PinnedBuffer:
-        """Allocate ``size`` bytes of page-locked host memory."""
+        """Allocate ``size`` bytes of page-locked host memory.
+
+        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses (nothing
+        is allocated then) and ``TypeError``/``ValueError`` for a bad size.
+        """
         return PinnedBuffer._allocate(self.context, size)
 
     def load_module(self, image: bytes | str) -> Module:
-        """Load a PTX or cubin image into this device's primary context."""
+        """Load a PTX or cubin image into this device's primary context.
+
+        Bad bytes raise :class:`~cuguard.errors.CUDAError`
+        (``CUDA_ERROR_INVALID_IMAGE``); nothing is loaded then, and the caller's
+        context is unchanged.
+        """
         return Module.load(self.context, image)
 
     def close(self) -> None:
