@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
 
 # What the default run (`nox`, and so `.ci/run`) runs, in this order.
-DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "demo", "differential", "docs", "build"]
+DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "demo", "differential", "sweep", "docs", "build"]
 nox.options.sessions = DEFAULT_SESSIONS
 
 # Tool versions are pinned so that a new release of a checker cannot break a clean tree.
@@ -224,6 +224,23 @@ def differential(session: nox.Session) -> None:
     _install_local(session, _closure([TESTING_DIST]))
     real = "--real" in session.posargs
     session.run("python", str(ROOT / "scripts" / "differential.py"), *([] if real else ["--sim-only"]))
+
+
+@nox.session
+def sweep(session: nox.Session) -> None:
+    """The failure-point sweep (contract B5) on the simulated driver: every case, one table per layer.
+
+    Runs ``scripts/sweep``; the JSON goes to the session's tmp directory. Arguments after
+    ``--`` go to the sweep (``-- --sample 500`` for a seeded sample, ``-- --full`` for every
+    case, the default; ``-- --match Stream`` for some operations). Fails on any violation.
+    """
+    wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
+    _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], "numpy>=1.26")
+    out = Path(session.create_tmp()) / "sweep-sim.json"
+    args = list(session.posargs)
+    if "--json" not in args:
+        args += ["--json", str(out)]
+    session.run("python", str(ROOT / "scripts" / "sweep"), "--quiet", *args)
 
 
 @nox.session

@@ -18,13 +18,9 @@ def test_failed_context_query_raises_and_is_not_asked_again(device: Device, what
     stream = device.create_stream()
     if current:
         device.set_current()
+    op = {"create_stream": device.create_stream, "create_event": device.create_event, "stream_record": stream.record}
     with record_calls() as log, inject("cuCtxGetCurrent", OUT_OF_MEMORY), pytest.raises(CUDAError) as info:
-        if what == "create_stream":
-            device.create_stream()
-        elif what == "create_event":
-            device.create_event()
-        else:
-            stream.record()
+        op[what]()
     assert info.value.call == "cuCtxGetCurrent"
     assert [c.name for c in log].count("cuCtxGetCurrent") == 1
     stream.close()

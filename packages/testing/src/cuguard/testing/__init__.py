@@ -9,6 +9,8 @@
   :func:`record_calls` shows which driver calls a block made.
 - :func:`nothing_left_behind` asserts that a block created nothing, leaked
   nothing and left nothing dangling.
+- :func:`run_sweep` runs the failure-point sweep (every public operation x every
+  driver call it makes x each failure), also as ``python -m cuguard.testing.sweep``.
 - The pytest plugin (:mod:`cuguard.testing.plugin`) is registered automatically.
 """
 
@@ -28,6 +30,9 @@ from cuguard.testing._sim import SimulatedCrash as SimulatedCrash
 from cuguard.testing._sim import SimulatedDriver as SimulatedDriver
 from cuguard.testing._sim import nothing_left_behind as nothing_left_behind
 from cuguard.testing._sim import simulated_driver as simulated_driver
+from cuguard.testing.sweep import SweepResult as SweepResult
+from cuguard.testing.sweep import Violation as Violation
+from cuguard.testing.sweep import run_sweep as run_sweep
 
 __all__ = [
     "DriverCall",
@@ -36,12 +41,15 @@ __all__ = [
     "LiveObject",
     "SimulatedCrash",
     "SimulatedDriver",
+    "SweepResult",
+    "Violation",
     "deinitialized",
     "inject",
     "leak_check",
     "nothing_left_behind",
     "record_calls",
     "restore_fault",
+    "run_sweep",
     "simulated_driver",
     "sticky",
 ]

@@ -1,0 +1,125 @@
+"""A safety net for sweeping the real driver: refuse what would crash the process.
+
+The sweep runs cuguard over the real driver with faults injected. Injected
+failures never reach the driver, so they cannot crash it; but a bug in cuguard
+that released a handle twice, or switched to a destroyed context, would. The
+:class:`SafetyDriver` sits between the fault proxy and the real driver,
+remembers the handles released through it, and answers a second release of
+one of them (or a switch to a destroyed context) with
+``CUDA_ERROR_INVALID_HANDLE`` / ``CUDA_ERROR_INVALID_CONTEXT`` instead of
+calling the driver, recording the incident, which the sweep reports as an S2
+violation.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from cuguard.errors import RESTORE_CONTEXT
+
+__all__ = ["SafetyDriver"]
+
+# Release function -> kind of handle it releases (first argument).
+_RELEASES = {
+    "cuStreamDestroy": "stream",
+    "cuEventDestroy": "event",
+    "cuMemFree": "device_memory",
+    "cuMemFreeAsync": "device_memory",
+    "cuMemFreeHost": "host_memory",
+    "cuModuleUnload": "module",
+    "cuGraphDestroy": "graph",
+    "cuGraphExecDestroy": "graph_exec",
+    "cuGraphDestroyNode": "graph_node",
+    "cuCtxDestroy": "context",
+}
+# Creating function -> kind of handle it returns (second element of the result).
+_CREATES = {
+    "cuStreamCreate": "stream",
+    "cuStreamCreateWithPriority": "stream",
+    "cuEventCreate": "event",
+    "cuMemAlloc": "device_memory",
+    "cuMemAllocAsync": "device_memory",
+    "cuMemHostAlloc": "host_memory",
+    "cuMemAllocHost": "host_memory",
+    "cuModuleLoadData": "module",
+    "cuGraphCreate": "graph",
+    "cuGraphClone": "graph",
+    "cuGraphInstantiate": "graph_exec",
+    "cuCtxCreate": "context",
+    "cuGraphAddEmptyNode": "graph_node",
+    "cuGraphAddKernelNode": "graph_node",
+    "cuGraphAddMemsetNode": "graph_node",
+    "cuGraphAddMemcpyNode": "graph_node",
+    "cuGraphAddHostNode": "graph_node",
+    "cuGraphAddEventRecordNode": "graph_node",
+    "cuGraphAddEventWaitNode": "graph_node",
+    "cuGraphAddMemAllocNode": "graph_node",
+    "cuGraphAddMemFreeNode": "graph_node",
+    "cuGraphAddChildGraphNode": "graph_node",
+}
+_SWITCHES = {"cuCtxSetCurrent", "cuCtxPushCurrent", RESTORE_CONTEXT}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return id(value)
+
+
+class SafetyDriver:
+    """Forwards to ``inner``; refuses double releases and switches to destroyed contexts."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.released: set[tuple[str, int]] = set()
+        self.incidents: list[str] = []
+        self._lock = threading.Lock()
+
+    @property
+    def wrapped_driver(self) -> Any:
+        return self.inner
+
+    def __repr__(self) -> str:
+        return f"<SafetyDriver over {self.inner!r}>"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "wrapped_driver":
+            raise AttributeError(name)
+        fn = getattr(self.inner, name, None)
+        if fn is None and name == RESTORE_CONTEXT:
+            fn = getattr(self.inner, "cuCtxSetCurrent", None)
+        if fn is None:
+            raise AttributeError(f"the driver {self.inner!r} has no function {name!r}")
+        release = _RELEASES.get(name)
+        create = _CREATES.get(name)
+        switch = name in _SWITCHES
+        guard = self
+
+        def wrapped(*args: Any) -> Any:
+            if release is not None or switch:
+                kind = "context" if switch else release
+                assert kind is not None
+                key = (kind, _int(args[0]))
+                with guard._lock:
+                    refused = key in guard.released
+                    if refused:
+                        guard.incidents.append(f"{name}({hex(key[1])}): {kind} already released (refused)")
+                if refused:
+                    from cuda.bindings import driver as cb
+
+                    code = cb.CUresult.CUDA_ERROR_INVALID_CONTEXT if switch else cb.CUresult.CUDA_ERROR_INVALID_HANDLE
+                    return (code,)
+            result = fn(*args)
+            if not result[0]:
+                with guard._lock:
+                    if release is not None:
+                        guard.released.add((release, _int(args[0])))
+                    elif create is not None and len(result) > 1:
+                        guard.released.discard((create, _int(result[1])))
+            return result
+
+        wrapped.__name__ = name
+        self.__dict__[name] = wrapped
+        return wrapped

@@ -1,0 +1,624 @@
+"""The failure-point sweep: every operation x every driver call it makes x each failure mode.
+
+For each :class:`~cuguard.testing._sweep.registry.Scenario` and each context
+situation (no context current; another context current, so that operations
+must switch and restore), the runner first runs the operation with no fault and
+records its driver calls. It then re-runs the scenario from scratch (a fresh
+simulated driver per case) once per call index ``k`` and per failure mode:
+
+- ``OUT_OF_MEMORY``, ``INVALID_VALUE``, ``INVALID_CONTEXT``: call ``k`` fails;
+- ``STICKY``: from call ``k`` on, the driver is sticky with
+  ``CUDA_ERROR_ILLEGAL_ADDRESS`` (the calls the real driver still answers go
+  through, see ``STICKY_EXEMPT``);
+- ``DEINITIALIZED``: from call ``k`` on every call returns ``CUDA_ERROR_DEINITIALIZED``;
+- ``RESTORE``: call ``k`` is a restore of the caller's context, and it fails
+  with ``CUDA_ERROR_INVALID_CONTEXT``.
+
+Each case is checked (see :func:`_check`) and every broken rule is a
+:class:`Violation`.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import random
+import time
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cuguard.errors import CUDAError, CUDAWarning, error_name, format_handle, install_driver, real_driver
+from cuguard.testing import _faults
+from cuguard.testing._faults import DriverCall, FaultPlan, FaultProxy
+from cuguard.testing._sim import SimulatedCrash, SimulatedDriver
+from cuguard.testing._sim.facts import STICKY_EXEMPT
+from cuguard.testing._sweep import registry
+from cuguard.testing._sweep.guard import SafetyDriver
+from cuguard.testing._sweep.registry import Env, Scenario
+
+__all__ = ["CONTEXTS", "MODES", "CaseKey", "ScenarioResult", "SweepResult", "Violation", "run_sweep"]
+
+OUT_OF_MEMORY = 2
+INVALID_VALUE = 1
+INVALID_CONTEXT = 201
+ILLEGAL_ADDRESS = 700
+DEINITIALIZED = 4
+NOT_READY = 600
+
+#: Failure modes, in report order.
+MODES = ("OUT_OF_MEMORY", "INVALID_VALUE", "INVALID_CONTEXT", "STICKY", "DEINITIALIZED", "RESTORE")
+_CODES = {
+    "OUT_OF_MEMORY": OUT_OF_MEMORY,
+    "INVALID_VALUE": INVALID_VALUE,
+    "INVALID_CONTEXT": INVALID_CONTEXT,
+    "STICKY": ILLEGAL_ADDRESS,
+    "DEINITIALIZED": DEINITIALIZED,
+    "RESTORE": INVALID_CONTEXT,
+}
+#: Context situations: nothing current, or another context current.
+CONTEXTS = ("none", "other")
+_DEINIT_EXEMPT = frozenset({"cuGetErrorName", "cuGetErrorString"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: the operation, the failure point and mode, the rule and what happened."""
+
+    scenario: str
+    layer: str
+    context: str
+    mode: str
+    k: int
+    call: str
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        where = "baseline" if not self.mode else f"k={self.k} ({self.call}) {self.mode}"
+        return f"{self.scenario} [{self.context}] {where}: {self.rule}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class CaseKey:
+    scenario: str
+    context: str
+    mode: str
+    k: int
+
+
+@dataclass
+class ScenarioResult:
+    """What the sweep did for one scenario."""
+
+    name: str
+    layer: str
+    calls: dict[str, list[str]] = field(default_factory=dict)  # context -> recorded call names
+    cases: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def failure_points(self) -> int:
+        return sum(len(calls) for calls in self.calls.values())
+
+
+@dataclass
+class SweepResult:
+    """Everything a sweep found, by scenario."""
+
+    driver: str
+    scenarios: list[ScenarioResult]
+    seconds: float
+    sampled: bool
+    total_cases: int
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [v for s in self.scenarios for v in s.violations]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "driver": self.driver,
+            "seconds": round(self.seconds, 2),
+            "sampled": self.sampled,
+            "cases_available": self.total_cases,
+            "scenarios": [
+                {
+                    "name": s.name,
+                    "layer": s.layer,
+                    "calls": s.calls,
+                    "failure_points": s.failure_points,
+                    "cases": s.cases,
+                    "violations": [asdict(v) for v in s.violations],
+                }
+                for s in self.scenarios
+            ],
+        }
+
+
+# --- fault plans ------------------------------------------------------------------------------
+
+
+@dataclass
+class _FromNth(FaultPlan):
+    """Every call from the ``nth`` on fails (those named in ``exempt`` go through)."""
+
+    def _applies(self, name: str, args: tuple[Any, ...], restore: bool) -> bool:
+        self.seen += 1
+        if self.seen >= self.nth and name not in self.exempt:
+            self.fired += 1
+            return True
+        return False
+
+
+def _plan(mode: str, k: int, calls: list[DriverCall]) -> FaultPlan:
+    code = _CODES[mode]
+    if mode == "STICKY":
+        return _FromNth(None, code, nth=k, exempt=STICKY_EXEMPT)
+    if mode == "DEINITIALIZED":
+        return _FromNth(None, code, nth=k, exempt=_DEINIT_EXEMPT)
+    if mode == "RESTORE":
+        nth = sum(1 for c in calls[:k] if c.restore)
+        return FaultPlan("cuCtxSetCurrent", code, nth=nth, restore_only=True)
+    return FaultPlan(None, code, nth=k)
+
+
+def _points(mode: str, calls: list[DriverCall]) -> list[int]:
+    """The call indices (1-based) worth failing in ``mode``."""
+    if mode == "STICKY":
+        # Exempt calls go through: failing from an exempt call on is the same case as from the next one.
+        return [i for i, c in enumerate(calls, 1) if c.name not in STICKY_EXEMPT]
+    if mode == "RESTORE":
+        return [i for i, c in enumerate(calls, 1) if c.restore]
+    if mode == "DEINITIALIZED":
+        return [i for i, c in enumerate(calls, 1) if c.name not in _DEINIT_EXEMPT]
+    return list(range(1, len(calls) + 1))
+
+
+# --- drivers ------------------------------------------------------------------------------------
+
+
+def _find_in_clone(self: Any, hOriginalNode: Any, hClonedGraph: Any) -> tuple[Any, ...]:
+    """Stand-in for the simulator's missing ``cuGraphNodeFindInClone`` (valid right after ``cuGraphClone``)."""
+    from cuda.bindings import driver as cb
+
+    with self._lock:
+        node = self._nodes.get(int(hOriginalNode))
+        clone = self._graphs.get(int(hClonedGraph))
+        if node is None or clone is None or node.destroyed:
+            return (cb.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        index = list(node.graph.nodes).index(node.handle)
+        handles = list(clone.nodes)
+        if index >= len(handles):
+            return (cb.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        return (cb.CUresult.CUDA_SUCCESS, cb.CUgraphNode(handles[index]))
+
+
+def _emulate(sim: SimulatedDriver) -> None:
+    def fill_u8(s: Any, out: int, value: int, n: int) -> None:
+        s.write(out, bytes([int(value) & 0xFF]) * int(n))
+
+    sim.register_kernel("fill_u8", fill_u8)
+    if "cuGraphNodeFindInClone" not in dir(type(sim)):
+        setattr(sim, "cuGraphNodeFindInClone", types.MethodType(_find_in_clone, sim))  # noqa: B010
+
+
+class _Runtime:
+    """Where cases run: a fresh simulated driver per case, or the real driver for the whole sweep."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.image = registry.KERNELS_PTX
+        self.guard: SafetyDriver | None = None
+        self._stack = ExitStack()
+        self._other: Any = None
+        self._device: Any = None
+        self._previous: Any = None
+
+    def __enter__(self) -> _Runtime:
+        if self.kind == "real":
+            self.guard = SafetyDriver(real_driver())
+            self._previous = install_driver(self.guard)
+            self._stack.callback(install_driver, self._previous)
+            resources = importlib.import_module("cuguard.resources")
+            context = importlib.import_module("cuguard.context")
+            self._device = resources.Device(0)
+            major, minor = self._device.compute_capability
+            self.image = resources.Program(registry.KERNELS_CU, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+            self._other = context.Context.create(0)
+            self._stack.callback(self._other.close)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    @contextmanager
+    def case(self) -> Iterator[tuple[Env, Any, FaultProxy, SimulatedDriver | None]]:
+        if self.kind == "real":
+            proxy = _faults._acquire()
+            try:
+                yield Env(real=True, image=self.image), proxy.inner, proxy, None
+            finally:
+                _faults._release(proxy)
+            return
+        from cuguard.testing._sim import simulated_driver
+
+        with simulated_driver(devices=2) as sim:
+            _emulate(sim)
+            proxy = _faults._acquire()
+            try:
+                yield Env(real=False, image=self.image, sim=sim), sim, proxy, sim
+            finally:
+                _faults._release(proxy)
+
+    def other_context(self, env: Env) -> Any:
+        if self._other is not None:
+            return self._other
+        return env.own(env.context.Context.create(0))
+
+
+def _current(raw: Any) -> int:
+    err, handle = raw.cuCtxGetCurrent()
+    if int(err) == 3:  # CUDA_ERROR_NOT_INITIALIZED: nothing can be current yet
+        return 0
+    return -1 if err else int(handle)
+
+
+def _set_current(raw: Any, handle: int) -> None:
+    from cuda.bindings import driver as cb
+
+    raw.cuCtxSetCurrent(cb.CUcontext(max(handle, 0)))
+
+
+def _text(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    return "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_text(exc)}".replace("\n", " | ")[:400]
+
+
+# --- one case ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Outcome:
+    calls: list[DriverCall]
+    violations: list[Violation]
+
+
+def _teardown(env: Env, state: Any, raw: Any, add: Callable[[str, str], None]) -> None:
+    _set_current(raw, 0)
+    # Objects are released the way a program releases them, by dropping the references
+    # (collection, and the deferred release of what graphs use), so that an object a failure
+    # leaked keeps alive what it uses; explicit cleanups (raw handles) run first.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in reversed(env.keep):
+            if callable(obj) and not hasattr(obj, "close"):
+                try:
+                    obj()
+                except SimulatedCrash as crash:
+                    add("S2", f"teardown crashed the driver: {crash}")
+                except Exception:  # noqa: BLE001 - a leaked handle may refuse
+                    pass
+        env.keep.clear()
+        if state is not None:
+            vars(state).clear()
+        gc.collect()
+        graphs = env.graphs
+        graphs.flush_deferred(5)
+        gc.collect()
+        graphs.flush_deferred(5)
+
+
+def _run_case(  # noqa: PLR0917 - the checks read best in one place
+    runtime: _Runtime,
+    scn: Scenario,
+    ctx_mode: str,
+    mode: str | None,
+    k: int,
+    baseline: list[DriverCall],
+) -> _Outcome:
+    violations: list[Violation] = []
+    call_k = ""
+    if mode is not None and 0 < k <= len(baseline):
+        call_k = baseline[k - 1].name
+
+    def add(rule: str, detail: str) -> None:
+        violations.append(Violation(scn.name, scn.layer, ctx_mode, mode or "", k, call_k, rule, detail))
+
+    log: list[DriverCall] = []
+    with runtime.case() as (env, raw, proxy, sim):
+        state: Any = None
+        try:
+            state = scn.setup(env)
+            if ctx_mode == "other":
+                runtime.other_context(env).set_current()
+            gc.collect()
+        except SimulatedCrash as crash:
+            add("S2", f"set-up crashed the driver: {crash}")
+            return _Outcome(log, violations)
+        except Exception as setup_error:  # noqa: BLE001 - a broken scenario is reported, not raised
+            add("scenario", f"set-up failed: {_describe(setup_error)}")
+            _teardown(env, state, raw, add)
+            return _Outcome(log, violations)
+        before_state = scn.state(env, state) if scn.state is not None and mode is not None else None
+        current_before = _current(raw)
+        snapshot = sim.snapshot() if sim is not None else None
+        ledger = proxy.live_objects()
+        guard_before = len(runtime.guard.incidents) if runtime.guard is not None else 0
+        plan = _plan(mode, k, baseline) if mode is not None else None
+        raised: BaseException | None = None
+        crashed: SimulatedCrash | None = None
+        result: Any = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with proxy._lock:
+                proxy.recorders.append(log)
+                if plan is not None:
+                    proxy.plans.append(plan)
+                proxy._refresh()
+            try:
+                result = scn.op(env, state)
+                state._sweep_result = result
+                if scn.kind == "warn":
+                    gc.collect()
+            except SimulatedCrash as crash:
+                crashed = crash
+            except BaseException as error:  # noqa: BLE001 - checked below
+                raised = error
+            finally:
+                with proxy._lock:
+                    proxy.recorders.remove(log)
+                    if plan is not None:
+                        proxy.plans.remove(plan)
+                    proxy._refresh()
+            if sim is not None:
+                sim.drain()
+        exc = raised
+        cuda_warnings = [str(w.message) for w in caught if issubclass(w.category, CUDAWarning)]
+        if crashed is not None:
+            add("S2", f"the operation crashed the driver: {crashed}")
+        if mode is None:
+            if exc is not None:
+                add("scenario", f"the operation failed with no fault injected: {_describe(exc)}")
+            if cuda_warnings:
+                add("scenario", f"warnings with no fault injected: {cuda_warnings}")
+        else:
+            _check(scn, mode, log, exc, cuda_warnings, add)
+        # G1 / W5 / S2: what the operation created, released or misused.
+        gc.collect()
+        if sim is not None and snapshot is not None:
+            changes = sim.changes_since(snapshot)
+            failed = exc is not None or (mode is not None and scn.kind == "warn")
+            kept = [o for o in changes.created if o.handle not in _failed_releases(log)]
+            if failed and kept and mode != "DEINITIALIZED":
+                add("G1", "left behind: " + "; ".join(str(o) for o in kept))
+            if exc is not None and changes.released and not scn.releases:
+                add("G3", "released objects it does not own: " + "; ".join(str(o) for o in changes.released))
+            for rule, book in (
+                ("S2", changes.misuse),
+                ("W5", changes.dangling),
+                ("S2", changes.double_release),
+                ("S2", changes.use_after_release),
+            ):
+                for incident in book:
+                    add(rule, f"driver misuse: {incident}")
+        else:
+            after = proxy.live_objects()
+            before = ledger
+            if exc is not None or (mode is not None and scn.kind == "warn"):
+                leaked = _failed_releases(log)
+                grown = {
+                    key: n - before.get(key, 0)
+                    for key, n in after.items()
+                    if n > before.get(key, 0) and key[1] not in leaked
+                }
+                if grown and mode != "DEINITIALIZED":
+                    add("G1", "left behind: " + ", ".join(f"{kind} {h:#x} x{n}" for (kind, h), n in grown.items()))
+        if runtime.guard is not None and len(runtime.guard.incidents) > guard_before:
+            for refused in runtime.guard.incidents[guard_before:]:
+                add("S2", f"refused by the safety net: {refused}")
+        # G2 / C2 / C3: the current context.
+        current_after = _current(raw)
+        # A deinitialized driver refuses the restore itself: the thread cannot get its context back.
+        restore_refused = mode == "DEINITIALIZED" and any(c.restore and c.status for c in log)
+        if current_after != current_before and not (scn.sets_context and exc is None) and not restore_refused:
+            said = _text(exc) + "\n".join(cuda_warnings)
+            name = "no context" if current_after == 0 else format_handle(current_after)
+            if "could not be restored" in said:
+                if name not in said:
+                    add("C2", f"the message does not name the context now current ({name}): {said[:300]!r}")
+            else:
+                add(
+                    "G2",
+                    f"current context changed from {format_handle(current_before)} to {format_handle(current_after)}",
+                )
+        _set_current(raw, current_before)
+        # G3: all-or-nothing and usable once faults are off.
+        if mode is not None and exc is not None and scn.state is not None and mode != "DEINITIALIZED":
+            try:
+                after_state = scn.state(env, state)
+            except Exception as error:  # noqa: BLE001
+                add("G3", f"reading the state after the failure raised {_describe(error)}")
+            else:
+                if after_state != before_state:
+                    add("G3", f"not all-or-nothing: state {before_state!r} became {after_state!r}")
+        if mode not in ("STICKY", "DEINITIALIZED") and scn.probe is not None and crashed is None:
+            with warnings.catch_warnings(record=True) as probe_warnings:
+                warnings.simplefilter("always")
+                try:
+                    scn.probe(env, state)
+                except SimulatedCrash as crash:
+                    add("S2", f"using the objects afterwards crashed the driver: {crash}")
+                except Exception as error:  # noqa: BLE001
+                    add("G3", f"not usable after the failure: {_describe(error)}")
+            for w in probe_warnings:
+                if issubclass(w.category, CUDAWarning):
+                    add("G3", f"using the objects afterwards warned: {w.message}")
+        snapshot_end = sim.snapshot() if sim is not None else None
+        # The exception's traceback holds the scenario's objects: drop it, so that they are
+        # collected while their driver is still installed.
+        if exc is not None:
+            exc.__traceback__ = None
+        exc = raised = crashed = result = None
+        caught.clear()
+        _teardown(env, state, raw, add)
+        if sim is not None and snapshot_end is not None:
+            sim.drain()
+            changes = sim.changes_since(snapshot_end)
+            for rule, book in (
+                ("S2", changes.misuse),
+                ("W5", changes.dangling),
+                ("S2", changes.double_release),
+                ("S2", changes.use_after_release),
+            ):
+                for incident in book:
+                    add(rule, f"driver misuse while releasing the objects afterwards: {incident}")
+    return _Outcome(log, violations)
+
+
+_RELEASE_CALLS = frozenset(
+    {
+        "cuStreamDestroy",
+        "cuEventDestroy",
+        "cuMemFree",
+        "cuMemFreeAsync",
+        "cuMemFreeHost",
+        "cuModuleUnload",
+        "cuGraphDestroy",
+        "cuGraphExecDestroy",
+        "cuCtxDestroy",
+        "cuDevicePrimaryCtxRelease",
+        "cuUserObjectRelease",
+    }
+)
+
+
+def _failed_releases(log: list[DriverCall]) -> set[int]:
+    """Handles whose release failed in ``log``: leaking them is the contract (W5), not a G1 violation."""
+    out: set[int] = set()
+    for c in log:
+        if c.status and c.name in _RELEASE_CALLS and c.args:
+            try:
+                out.add(int(c.args[0]))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def _check(  # noqa: PLR0917
+    scn: Scenario,
+    mode: str,
+    log: list[DriverCall],
+    exc: BaseException | None,
+    cuda_warnings: list[str],
+    add: Callable[[str, str], None],
+) -> None:
+    """E1, G4, W1, W4: what was raised or reported for the injected failure."""
+    first_index = next((i for i, c in enumerate(log) if c.injected), None)
+    if first_index is None:
+        add("sweep", "the injected failure point was not reached (the operation is not deterministic)")
+        return
+    first = log[first_index]
+    name, code = first.name, first.status
+    later = [
+        c for c in log[first_index + 1 :] if c.status and c.status not in (DEINITIALIZED, NOT_READY) and c is not first
+    ]
+    if mode == "DEINITIALIZED":
+        if cuda_warnings:
+            add("W4", f"reported while the driver is deinitialized: {cuda_warnings[0]}")
+        if exc is not None and any("CUDA_ERROR_DEINITIALIZED" in note for note in getattr(exc, "__notes__", [])):
+            add("W4", "a DEINITIALIZED failure was attached as a note")
+    if scn.kind == "warn":
+        if exc is not None:
+            add("W1", f"an implicit release raised {_describe(exc)}")
+            return
+        if mode == "DEINITIALIZED":
+            return
+        said = "\n".join(cuda_warnings)
+        if not any(name in w and error_name(code) in w for w in cuda_warnings):
+            add("W1", f"{name} failed with {error_name(code)} and no CUDAWarning says so (warnings: {cuda_warnings})")
+        for c in later:
+            if c.name not in said:
+                add("G4", f"{c.name} failed too ({error_name(c.status)}) and no warning says so")
+        return
+    if exc is None:
+        add("E1", f"{name} failed with {error_name(code)} and the operation returned normally")
+        return
+    if not isinstance(exc, CUDAError):
+        add("E1", f"{name} failed with {error_name(code)} and the operation raised {_describe(exc)}")
+        return
+    if mode == "DEINITIALIZED":
+        # Every call fails alike and DEINITIALIZED failures are never attached (W4): which of them
+        # is raised is not observable beyond the code.
+        if exc.code != code:
+            add("G4", f"{name} failed with {error_name(code)} but {exc.call} {error_name(exc.code)} was raised")
+    elif exc.code != code or exc.call != name:
+        add("G4", f"{name} failed with {error_name(code)} but {exc.call} {error_name(exc.code)} was raised")
+    text = _text(exc)
+    for c in later:
+        if c.name not in text:
+            add("G4", f"{c.name} failed too ({error_name(c.status)}) and no note says so: {_describe(exc)}")
+    if mode != "DEINITIALIZED" and cuda_warnings:
+        add("W1", f"an ordinary call issued a CUDAWarning instead of a note: {cuda_warnings[0]}")
+
+
+# --- the sweep ------------------------------------------------------------------------------------
+
+
+def run_sweep(
+    *,
+    driver: str = "sim",
+    scenarios: list[Scenario] | None = None,
+    modes: tuple[str, ...] = MODES,
+    contexts: tuple[str, ...] = CONTEXTS,
+    sample: int | None = None,
+    seed: int = 0,
+    match: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Run the sweep and return what it found.
+
+    ``driver`` is ``"sim"`` (a fresh simulated driver per case) or ``"real"``
+    (the real driver through the fault proxy and a safety net). ``sample``
+    runs that many cases chosen with ``seed`` (every baseline always runs);
+    ``None`` runs them all. ``match`` keeps the scenarios whose name contains it.
+    """
+    chosen = scenarios if scenarios is not None else registry.scenarios()
+    if driver == "real":
+        chosen = [s for s in chosen if s.real]
+    if match:
+        chosen = [s for s in chosen if match in s.name]
+    start = time.perf_counter()
+    results = {s.name: ScenarioResult(s.name, s.layer) for s in chosen}
+    cases: list[tuple[Scenario, str, str, int, list[DriverCall]]] = []
+    with _Runtime(driver) as runtime:
+        for scn in chosen:
+            for ctx_mode in contexts:
+                outcome = _run_case(runtime, scn, ctx_mode, None, 0, [])
+                res = results[scn.name]
+                res.calls[ctx_mode] = [c.name + (" (restore)" if c.restore else "") for c in outcome.calls]
+                res.violations.extend(outcome.violations)
+                if outcome.violations:
+                    continue
+                for mode in modes:
+                    cases.extend((scn, ctx_mode, mode, k, outcome.calls) for k in _points(mode, outcome.calls))
+        total = len(cases)
+        if sample is not None and sample < total:
+            picked = sorted(random.Random(seed).sample(range(total), sample))
+            cases = [cases[i] for i in picked]
+        for i, (scn, ctx_mode, mode, k, calls) in enumerate(cases):
+            outcome = _run_case(runtime, scn, ctx_mode, mode, k, calls)
+            res = results[scn.name]
+            res.cases += 1
+            res.violations.extend(outcome.violations)
+            if progress is not None and i % 500 == 0:
+                progress(f"{i}/{len(cases)} cases")
+    return SweepResult(driver, list(results.values()), time.perf_counter() - start, len(cases) < total, total)

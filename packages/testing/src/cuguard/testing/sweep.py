@@ -1,0 +1,77 @@
+"""The failure-point sweep (contract B5): every public operation x every driver call x each failure.
+
+Run it with ``nox -s sweep`` (a fixed, seeded sample; ``-- --full`` for every
+case), ``scripts/sweep``, or ``python -m cuguard.testing.sweep``::
+
+    python -m cuguard.testing.sweep --full --json sweep.json
+    python -m cuguard.testing.sweep --driver real --json sweep-gpu.json   # on a GPU
+
+:func:`run_sweep` returns a :class:`SweepResult`; :func:`format_table` renders
+the per-layer table. The registry of operations and the list of public
+callables that make no driver call are :func:`scenarios` and
+:data:`NO_DRIVER_CALL`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from cuguard.testing._sweep.registry import LAYERS, NO_DRIVER_CALL, Scenario, scenarios
+from cuguard.testing._sweep.report import format_table, write_json
+from cuguard.testing._sweep.runner import CONTEXTS, MODES, SweepResult, Violation, run_sweep
+
+__all__ = [
+    "CONTEXTS",
+    "DEFAULT_SEED",
+    "LAYERS",
+    "MODES",
+    "NO_DRIVER_CALL",
+    "Scenario",
+    "SweepResult",
+    "Violation",
+    "format_table",
+    "main",
+    "run_sweep",
+    "scenarios",
+    "write_json",
+]
+
+#: The seed that picks the cases of ``--sample N``.
+DEFAULT_SEED = 20240607
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: run the sweep, print the table, write JSON; exit 1 on any violation.
+
+    The full sweep on the simulator takes well under two minutes on two cores, so it is
+    the default (``--full`` says so explicitly); ``--sample N`` runs N cases picked with
+    ``--seed`` instead (every operation's fault-free run always runs).
+    """
+    parser = argparse.ArgumentParser(prog="sweep", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--driver", choices=("sim", "real"), default="sim")
+    parser.add_argument("--full", action="store_true", help="run every case (the default)")
+    parser.add_argument("--sample", type=int, default=None, help="run this many cases, picked with --seed")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--match", default=None, help="only scenarios whose name contains this")
+    parser.add_argument("--json", default=None, help="write the full result here")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    sample = None if args.full else args.sample
+    result = run_sweep(
+        driver=args.driver,
+        sample=sample,
+        seed=args.seed,
+        match=args.match,
+        progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    return 1 if result.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
