@@ -392,9 +392,9 @@ def test_garbage_collected_primary_retain_names_the_call_that_failed() -> None:
 @pytest.mark.contract("C2")
 def test_create_whose_pop_and_destroy_fail_names_the_leaked_context(two: tuple[Context, Context]) -> None:
     # Found by the failure-point sweep: the message said the new context was destroyed when it was not.
-    with inject("cuCtxPopCurrent", OUT_OF_MEMORY), inject("cuCtxDestroy", INVALID_CONTEXT):
-        with pytest.raises(CUDAError) as info:
-            Context.create(0)
+    pop_fails = inject("cuCtxPopCurrent", OUT_OF_MEMORY)
+    with pop_fails, inject("cuCtxDestroy", INVALID_CONTEXT), pytest.raises(CUDAError) as info:
+        Context.create(0)
     current = Context.current()
     assert current is not None
     assert hex(int(current.handle)) in str(info.value)
