@@ -300,6 +300,18 @@ def graph_bulk_edges_are_not_atomic(d: Any) -> Obs:
 
 
 @scenario
+def add_node_with_a_bad_dependency_creates_nothing(d: Any) -> Obs:
+    g, (a,) = _graph_with(d, 1)
+    h, (x,) = _graph_with(d, 1)
+    err, _ = d.cuGraphAddEmptyNode(g, [a, x], 2)  # x belongs to another graph
+    dup, _ = d.cuGraphAddEmptyNode(g, [a, a], 2)  # the same dependency twice
+    out = [name(err), name(dup), int(d.cuGraphGetNodes(g, 0)[-1]), _edges(d, g)]
+    d.cuGraphDestroy(g)
+    d.cuGraphDestroy(h)
+    return out
+
+
+@scenario
 def graph_exec_outlives_graph(d: Any) -> Obs:
     with Ctx(d):
         g, nodes = _graph_with(d, 2)
