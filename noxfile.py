@@ -235,7 +235,9 @@ def sweep(session: nox.Session) -> None:
     case, the default; ``-- --match Stream`` for some operations). Fails on any violation.
     """
     wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
-    _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], "numpy>=1.26")
+    _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
+    # The registry covers every public callable of every layer (its test fails otherwise).
+    session.run("pytest", "-q", str(BY_LAYER["testing"].path / "tests" / "test_sweep.py"))
     out = Path(session.create_tmp()) / "sweep-sim.json"
     args = list(session.posargs)
     if "--json" not in args:
