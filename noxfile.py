@@ -238,7 +238,9 @@ def sweep(session: nox.Session) -> None:
     _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
     # The registry covers every public callable of every layer (its test fails otherwise).
     session.run("pytest", "-q", str(BY_LAYER["testing"].path / "tests" / "test_sweep.py"))
-    out = Path(session.create_tmp()) / "sweep-sim.json"
+    tmp = Path(session.create_tmp()).resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = tmp / "sweep-sim.json"
     args = list(session.posargs)
     if "--json" not in args:
         args += ["--json", str(out)]
