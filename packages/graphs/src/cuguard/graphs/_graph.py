@@ -21,6 +21,7 @@ from cuguard.errors import (
     ResourceClosedError,
     add_failure_note,
     driver,
+    driver_token,
     format_handle,
     raise_status,
     report,
@@ -202,11 +203,12 @@ class Node:
         new_kernel = self._info["kernel"] if kernel is None else kernel
         new_args = tuple(self._info["args"] if args is None else args)
         params, owners = _kernel_params(new_config, new_kernel, new_args)
-        added = graph._retain(owners)
+        retained = graph._retain(owners)
         (err,) = driver.cuGraphKernelNodeSetParams(self._handle, params)
         if err:
-            graph._unretain(added)
-            raise_status(err, "cuGraphKernelNodeSetParams")
+            error = CUDAError(err, "cuGraphKernelNodeSetParams")
+            graph._unretain(retained, error)
+            raise error
         self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
 
     # --- edges ---
@@ -554,6 +556,7 @@ class GraphDefinition:
         "__weakref__",
         "_closed",
         "_context",
+        "_driver",
         "_found",
         "_handle",
         "_int",
@@ -601,6 +604,7 @@ class GraphDefinition:
         """Adopt the new ``handle``; with owners, attach their user object, destroying the graph on failure (G1)."""
         self._handle = handle
         self._int = int(handle)
+        self._driver = driver_token()
         self._context = context
         self._nodes = {}
         self._owners = owners
@@ -746,26 +750,32 @@ class GraphDefinition:
 
     # --- owners (G5) ---
 
-    def _retain(self, owners: Iterable[object]) -> list[int]:
-        """Keep ``owners`` alive with this definition; return the keys newly added.
+    def _retain(self, owners: Iterable[object]) -> tuple[Any, list[int]]:
+        """Keep ``owners`` alive with this definition; return ``(attached, keys newly added)``.
 
         Attaches the payload's user object first if it is not yet (raises, adding nothing,
-        if that fails).
+        if that fails); ``attached`` is that user object when this call attached it, so a
+        mutation that then fails can detach it again (G1), else ``None``.
         """
-        if not self._payload:
-            self._attach()
+        attached = None if self._payload else self._attach()
         added: list[int] = []
         for owner in owners:
             key = _owner_key(owner)
             if key not in self._owners:
                 self._owners[key] = owner
                 added.append(key)
-        return added
+        return attached, added
 
-    def _unretain(self, keys: list[int]) -> None:
-        """Forget owners added for a mutation that did not happen (nothing in CUDA uses them)."""
+    def _unretain(self, retained: tuple[Any, list[int]], exc: BaseException) -> None:
+        """Undo :meth:`_retain` for a mutation that did not happen (nothing in CUDA uses them).
+
+        A user object attached for it is released again; a failure to do so is a note on ``exc``.
+        """
+        attached, keys = retained
         for key in keys:
             self._owners.pop(key, None)
+        if attached is not None:
+            self._detach(attached, exc)
 
     # --- edges (B4) ---
 
@@ -893,21 +903,19 @@ class GraphDefinition:
         if self._closed:
             self._check_open()
         dep_nodes = self._deps(deps)
-        added = self._retain(owners) if owners else None
+        retained = self._retain(owners) if owners else None
         self._version += 1
         try:
             if dep_nodes:
                 err, handle = add(self._handle, [d._handle for d in dep_nodes], len(dep_nodes), *args)
             else:
                 err, handle = add(self._handle, None, 0, *args)
-        except BaseException:
-            if added:
-                self._unretain(added)
+            if err:
+                raise_status(err, call)
+        except BaseException as exc:
+            if retained is not None:
+                self._unretain(retained, exc)
             raise
-        if err:
-            if added:
-                self._unretain(added)
-            raise_status(err, call)
         node = Node._make(self, handle, kind, self._next_order, {} if info is None else info)
         self._next_order += 1
         self._nodes[node._int] = node  # published: from here on it is part of the definition
@@ -1359,6 +1367,8 @@ class GraphDefinition:
         if getattr(self, "_closed", True) or sys.is_finalizing():
             return
         self._closed = True
+        if self._driver is not driver_token():
+            return  # its driver was uninstalled: nothing of it is left to destroy here
         self._forget()
         try:
             (err,) = driver.cuGraphDestroy(self._handle)
@@ -1422,7 +1432,7 @@ class Graph:
     closed. :meth:`close` (or ``with``, or garbage collection) destroys it.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_context", "_handle", "_int", "_owners", "_signature")
+    __slots__ = ("__weakref__", "_closed", "_context", "_driver", "_handle", "_int", "_owners", "_signature")
 
     _handle: Any
     _int: int
@@ -1445,6 +1455,7 @@ class Graph:
         self = object.__new__(cls)
         self._handle = handle
         self._int = int(handle)
+        self._driver = driver_token()
         self._closed = False
         self._context = context
         self._owners = owners
@@ -1559,6 +1570,8 @@ class Graph:
         if getattr(self, "_closed", True) or sys.is_finalizing():
             return
         self._closed = True
+        if self._driver is not driver_token():
+            return  # its driver was uninstalled: nothing of it is left to destroy here
         try:
             (err,) = driver.cuGraphExecDestroy(self._handle)
         except CUDAError as exc:

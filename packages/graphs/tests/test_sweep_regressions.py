@@ -1,0 +1,41 @@
+"""Regressions found by the failure-point sweep (G1, S2)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from cuguard.errors import CUDAError
+from cuguard.graphs import GraphDefinition
+from cuguard.resources import Device
+from cuguard.testing import SimulatedDriver, inject, leak_check, simulated_driver
+
+
+@pytest.mark.contract("G1")
+def test_failed_first_owner_node_leaves_no_user_object(dev: Device, cuguard_driver: Any) -> None:
+    if not isinstance(cuguard_driver, SimulatedDriver):
+        pytest.skip("counts user objects with the simulator's accounting")
+    sim = cuguard_driver
+    with dev.allocate(64) as buf, GraphDefinition(dev) as g:
+        before = [o for o in sim.live_objects() if o.kind == "user_object"]
+        with inject("cuGraphAddMemsetNode", 2), pytest.raises(CUDAError):
+            g.memset(buf, 0)
+        after = [o for o in sim.live_objects() if o.kind == "user_object"]
+        assert after == before
+        assert g.nodes == frozenset()
+        g.memset(buf, 1)  # G3: still usable, and now it keeps the buffer alive
+
+
+@pytest.mark.contract("S2")
+def test_definition_of_an_uninstalled_driver_is_never_destroyed_elsewhere() -> None:
+    with simulated_driver() as first:
+        first_graph = GraphDefinition()
+    with simulated_driver() as second, leak_check():
+        other = GraphDefinition()  # may get the same handle number in the new simulator
+        del first_graph
+        gc.collect()
+        assert not second.double_release
+        assert not second.misuse
+        other.close()
