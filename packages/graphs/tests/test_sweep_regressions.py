@@ -30,7 +30,7 @@ def test_failed_first_owner_node_leaves_no_user_object(dev: Device, cuguard_driv
 
 @pytest.mark.contract("S2")
 def test_definition_of_an_uninstalled_driver_is_never_destroyed_elsewhere() -> None:
-    with simulated_driver() as first:
+    with simulated_driver():
         first_graph = GraphDefinition()
     with simulated_driver() as second, leak_check():
         other = GraphDefinition()  # may get the same handle number in the new simulator

@@ -571,6 +571,7 @@ class GraphDefinition:
 
     _handle: Any
     _int: int
+    _driver: Any  # the driver_token() it was made under
     _closed: bool
     _context: Context | None
     _nodes: dict[int, Node]
@@ -1436,6 +1437,7 @@ class Graph:
 
     _handle: Any
     _int: int
+    _driver: Any  # the driver_token() it was made under
     _closed: bool
     _context: Context | None
     _owners: dict[int, object]
