@@ -39,3 +39,15 @@ def test_definition_of_an_uninstalled_driver_is_never_destroyed_elsewhere() -> N
         assert not second.double_release
         assert not second.misuse
         other.close()
+
+
+@pytest.mark.contract("S2", "G2")
+def test_kernel_node_added_with_no_context_current(dev: Device, module: Any) -> None:
+    from cuguard.context import Context
+    from cuguard.resources import LaunchConfig
+
+    assert Context.current() is None
+    with GraphDefinition(dev) as g:
+        node = g.launch(LaunchConfig(), module.get_kernel("fill_u32"), dev.allocate(16), 7, 4)
+        node.set_args(dev.allocate(16), 8, 4)
+    assert Context.current() is None

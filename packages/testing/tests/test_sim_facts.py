@@ -426,3 +426,18 @@ def test_sticky(drv: SimulatedDriver) -> None:
 def test_sticky_tables_are_consistent() -> None:
     assert not STICKY_OBSERVED_FAILS & STICKY_EXEMPT
     assert STICKY_OBSERVED_SUCCEEDS <= STICKY_EXEMPT
+
+
+def test_graph_add_kernel_node_without_context(drv: SimulatedDriver) -> None:
+    ctx = primary(drv)
+    _, mod = drv.cuModuleLoadData(b".version 8.0\n.target sm_90\n.visible .entry k() { ret; }\n")
+    _, fn = drv.cuModuleGetFunction(mod, b"k")
+    _, g = drv.cuGraphCreate(0)
+    params = cb.CUDA_KERNEL_NODE_PARAMS()
+    params.func = fn
+    params.gridDimX = params.gridDimY = params.gridDimZ = 1
+    params.blockDimX = params.blockDimY = params.blockDimZ = 1
+    assert drv.cuGraphAddKernelNode(g, None, 0, params)[0] == OK  # with the context current
+    assert drv.cuCtxSetCurrent(cb.CUcontext(0)) == (OK,)
+    crashes(drv, lambda: drv.cuGraphAddKernelNode(g, None, 0, params), "cuGraphAddKernelNode")
+    assert drv.cuCtxSetCurrent(ctx) == (OK,)

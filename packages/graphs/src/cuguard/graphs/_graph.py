@@ -11,6 +11,7 @@ before any driver call (E3).
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from collections.abc import Callable, Iterable, Iterator, MutableSet
 from typing import Any, NoReturn
@@ -204,11 +205,24 @@ class Node:
         new_args = tuple(self._info["args"] if args is None else args)
         params, owners = _kernel_params(new_config, new_kernel, new_args)
         retained = graph._retain(owners)
-        (err,) = driver.cuGraphKernelNodeSetParams(self._handle, params)
-        if err:
-            error = CUDAError(err, "cuGraphKernelNodeSetParams")
-            graph._unretain(retained, error)
-            raise error
+        node = self._handle
+        applied: list[bool] = []
+
+        def set_node() -> None:
+            (err,) = driver.cuGraphKernelNodeSetParams(node, params)
+            if err:
+                raise_status(err, "cuGraphKernelNodeSetParams")
+            applied.append(True)
+
+        # In the kernel's context: the driver may not be asked about a kernel with no context current.
+        try:
+            call_in(new_kernel.module.context, set_node, None)
+        except BaseException as exc:
+            if applied:  # the node uses the new objects now (a failed restore, C2): keep them (G5)
+                self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
+            else:
+                graph._unretain(retained, exc)
+            raise
         self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
 
     # --- edges ---
@@ -499,8 +513,31 @@ def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tup
     params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
     params.sharedMemBytes = config.shared_mem
     if args:
-        params.kernelParams = pack_args(args)
+        # The driver reads the arguments through a void** array during the add call: build it
+        # here and keep it (and each value it points to) alive with the definition.
+        values, ctypes_types = pack_args(args)
+        cells = [ctype(value) for value, ctype in zip(values, ctypes_types, strict=True)]
+        array = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(cell) for cell in cells])
+        params.kernelParams = ctypes.addressof(array)
+        owners.append(_ArgumentBlock(array, cells))
     return params, owners
+
+
+def _destroy_new_node(handle: Any) -> None:
+    """Undo of a node add whose context restore failed (C2): nothing else refers to it yet."""
+    (err,) = driver.cuGraphDestroyNode(handle)
+    if err:
+        raise_status(err, "cuGraphDestroyNode")
+
+
+class _ArgumentBlock:
+    """Keeps a kernel node's packed arguments alive while the definition lives."""
+
+    __slots__ = ("array", "cells")
+
+    def __init__(self, array: Any, cells: list[Any]) -> None:
+        self.array = array
+        self.cells = cells
 
 
 def _context_of(device: Device | Context | None) -> Context | None:
@@ -893,26 +930,34 @@ class GraphDefinition:
         owners: Iterable[object] = (),
         info: dict[str, Any] | None = None,
         context: Context | None = None,
+        run_in: Context | None = None,
     ) -> Node:
         """Create a node with its dependencies in one driver call: ``add(graph, deps, count, *args)``.
 
         The driver validates the dependencies before creating the node, so the
         call is all-or-nothing by itself: the node exists with all its edges or
         not at all. The owners are kept alive before the call (G5); those newly
-        kept are dropped again if it fails.
+        kept are dropped again if it fails. With ``run_in`` the call runs in
+        that context (switching only if needed, C1): the driver crashes adding a
+        kernel node while no context is current (seen on an H200). If restoring
+        the caller's context then fails, the new node is destroyed again (C2).
         """
         if self._closed:
             self._check_open()
         dep_nodes = self._deps(deps)
         retained = self._retain(owners) if owners else None
         self._version += 1
-        try:
-            if dep_nodes:
-                err, handle = add(self._handle, [d._handle for d in dep_nodes], len(dep_nodes), *args)
-            else:
-                err, handle = add(self._handle, None, 0, *args)
+        graph = self._handle
+        dep_handles = [d._handle for d in dep_nodes] if dep_nodes else None
+
+        def add_node() -> Any:
+            err, handle = add(graph, dep_handles, len(dep_nodes), *args)
             if err:
                 raise_status(err, call)
+            return handle
+
+        try:
+            handle = add_node() if run_in is None else call_in(run_in, add_node, _destroy_new_node)
         except BaseException as exc:
             if retained is not None:
                 self._unretain(retained, exc)
@@ -1095,6 +1140,7 @@ class GraphDefinition:
             owners=owners,
             info={"config": config, "kernel": kernel, "args": args, "_params": params},
             context=kernel.module.context,
+            run_in=kernel.module.context,
         )
 
     def callback(self, fn: Callable[[], object], *, deps: Iterable[Node] = ()) -> Node:

@@ -119,4 +119,8 @@ CRASHING_CASES: dict[str, str] = {
     "graph_node_destroy_twice": "cuGraphDestroyNode twice on the same node: segmentation fault",
     "stream_destroy_in_destroyed_ctx": "cuStreamDestroy of a stream whose context was destroyed: segmentation fault",
     "ctx_set_current_destroyed": "cuCtxSetCurrent of a destroyed context: abort (double free or corruption)",
+    # Observed later on the same H200 (driver 580.159.04):
+    "graph_add_kernel_node_without_context": (
+        "cuGraphAddKernelNode while no context is current (even with the params' ctx set): segmentation fault"
+    ),
 }

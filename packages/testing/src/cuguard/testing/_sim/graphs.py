@@ -449,6 +449,10 @@ class SimGraphs(SimCore):
         self, hGraph: Any, dependencies: Any, numDependencies: int, nodeParams: Any
     ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddKernelNode")
+        if self._current() is None:
+            # Seen on an H200: the real driver segfaults adding a kernel node while no
+            # context is current (also with the params' ctx field set).
+            raise self._crash("cuGraphAddKernelNode", "kernel node added while no context is current")
         deps = self._deps(graph, dependencies, numDependencies)
         spec = self._kernel_spec(nodeParams, "cuGraphAddKernelNode")
         self._arg_refs(spec.args, "cuGraphAddKernelNode", spec.fn.name)
