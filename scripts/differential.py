@@ -312,6 +312,26 @@ def add_node_with_a_bad_dependency_creates_nothing(d: Any) -> Obs:
 
 
 @scenario
+def graph_with_memory_nodes_is_frozen(d: Any) -> Obs:
+    with Ctx(d):
+        g, (a, b) = _graph_with(d, 2)
+        d.cuGraphAddDependencies(g, [a], [b], None, 1)
+        params = B.CUDA_MEM_ALLOC_NODE_PARAMS()
+        params.poolProps.allocType = B.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        params.poolProps.location.type = B.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        params.poolProps.location.id = 0
+        params.bytesize = 256
+        err, _ = d.cuGraphAddMemAllocNode(g, [b], 1, params)
+        out = [name(err)]
+        out.append(name(d.cuGraphRemoveDependencies(g, [a], [b], None, 1)[0]))
+        out.append(name(d.cuGraphDestroyNode(a)[0]))
+        out.append(name(d.cuGraphClone(g)[0]))
+        out += [int(d.cuGraphGetNodes(g, 0)[-1]), _edges(d, g)]
+        d.cuGraphDestroy(g)
+    return out
+
+
+@scenario
 def graph_exec_outlives_graph(d: Any) -> Obs:
     with Ctx(d):
         g, nodes = _graph_with(d, 2)

@@ -51,3 +51,25 @@ def test_kernel_node_added_with_no_context_current(dev: Device, module: Any) -> 
         node = g.launch(LaunchConfig(), module.get_kernel("fill_u32"), dev.allocate(16), 7, 4)
         node.set_args(dev.allocate(16), 8, 4)
     assert Context.current() is None
+
+
+@pytest.mark.contract("E3", "G3")
+def test_definition_with_memory_nodes_refuses_removal_and_clone_before_the_driver(dev: Device) -> None:
+    from cuguard.testing import record_calls
+
+    with GraphDefinition(dev) as g:
+        a = g.empty()
+        b = a.empty()
+        alloc = b.allocate(256)
+        with record_calls() as log:
+            with pytest.raises(ValueError, match="memory allocation or free nodes"):
+                a.destroy()
+            with pytest.raises(ValueError, match="memory allocation or free nodes"):
+                b.pred.discard(a)
+            with pytest.raises(ValueError, match="memory allocation or free nodes"):
+                g.clone()
+        assert [c.name for c in log if c.name.startswith("cuGraph") and "Get" not in c.name] == []
+        assert len(g.nodes) == 3
+        alloc.deallocate(alloc)
+        with g.instantiate():  # G3: still usable
+            pass

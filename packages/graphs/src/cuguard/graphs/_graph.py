@@ -192,7 +192,10 @@ class Node:
         and module are kept alive by the definition before the call (G5). If
         the call fails, :class:`~cuguard.errors.CUDAError` is raised and the
         node keeps its previous parameters; the objects it newly referenced are
-        released again. Executable graphs already instantiated keep the old
+        released again. If the caller's context cannot be restored afterwards
+        (C2), the old parameters are put back first; only if that fails too
+        (a note on the error says so) does the node keep the new parameters,
+        and then what they use stays alive. Executable graphs already instantiated keep the old
         parameters (use :meth:`Graph.update`); the old objects stay alive until
         the definition and those executable graphs are gone.
         """
@@ -206,6 +209,7 @@ class Node:
         params, owners = _kernel_params(new_config, new_kernel, new_args)
         retained = graph._retain(owners)
         node = self._handle
+        old_params = self._info["_params"]
         applied: list[bool] = []
 
         def set_node() -> None:
@@ -214,11 +218,18 @@ class Node:
                 raise_status(err, "cuGraphKernelNodeSetParams")
             applied.append(True)
 
+        def revert(_: None) -> None:
+            # The caller's context could not be restored (C2): put the old parameters back.
+            (err,) = driver.cuGraphKernelNodeSetParams(node, old_params)
+            if err:
+                raise_status(err, "cuGraphKernelNodeSetParams")
+            applied.clear()
+
         # In the kernel's context: the driver may not be asked about a kernel with no context current.
         try:
-            call_in(new_kernel.module.context, set_node, None)
+            call_in(new_kernel.module.context, set_node, revert)
         except BaseException as exc:
-            if applied:  # the node uses the new objects now (a failed restore, C2): keep them (G5)
+            if applied:  # the new parameters stayed (their revert failed): keep what they use (G5)
                 self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
             else:
                 graph._unretain(retained, exc)
@@ -258,11 +269,14 @@ class Node:
         to the driver again (a second destroy of a node crashes the real
         driver), so it cannot be used, connected, disconnected or destroyed.
         What the node used stays alive until the definition and its executable
-        graphs are gone (they may use it).
+        graphs are gone (they may use it). In a definition holding memory
+        allocation or free nodes, CUDA forbids removing nodes: ``ValueError``
+        is raised before any driver call and the node stays usable.
         """
         if self._state != _LIVE:
             return
         self._graph._check_open()
+        self._graph._check_no_memory_nodes("have nodes removed")
         self._state = _DESTROYED
         self._graph._version += 1
         (err,) = driver.cuGraphDestroyNode(self._handle)
@@ -817,11 +831,18 @@ class GraphDefinition:
 
     # --- edges (B4) ---
 
+    def _check_no_memory_nodes(self, what: str) -> None:
+        """CUDA freezes graphs holding memory nodes: refuse removals and clones before the driver (E3)."""
+        if any(node._kind in ("mem_alloc", "mem_free") for node in self._nodes.values()):
+            raise ValueError(f"{self!r} holds memory allocation or free nodes, so it cannot {what} (a CUDA rule)")
+
     def _apply_edges(self, removes: list[tuple[Node, Node]], adds: list[tuple[Node, Node]]) -> None:
         """Remove then add edges, one driver call each; undo in reverse on failure (B4, G3, G4)."""
         for a, b in (*removes, *adds):
             a._check_live()
             b._check_live()
+        if removes:
+            self._check_no_memory_nodes("have edges removed")
         self._version += 1
         done: list[tuple[bool, Node, Node]] = []
         try:
@@ -1300,6 +1321,7 @@ class GraphDefinition:
         nothing when it raises (G1): a partly built copy is destroyed.
         """
         self._check_open()
+        self._check_no_memory_nodes("be cloned")
         err, handle = driver.cuGraphClone(self._handle)
         if err:
             raise_status(err, "cuGraphClone")

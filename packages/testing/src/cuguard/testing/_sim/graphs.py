@@ -413,6 +413,8 @@ class SimGraphs(SimCore):
     @api(1)
     def cuGraphClone(self, originalGraph: Any) -> tuple[Any, ...]:
         source = self._graph(originalGraph, "cuGraphClone")
+        if self._has_memory_nodes(source):
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)
         clone = self._new_graph("cuGraphClone")
         self._clone_into(source, clone)
         clone.user_refs = self._retain_refs(source.user_refs)
@@ -671,6 +673,8 @@ class SimGraphs(SimCore):
     ) -> tuple[Any, ...]:
         """Removes edges one by one and stops at the first missing one (not atomic, as observed)."""
         graph = self._graph(hGraph, "cuGraphRemoveDependencies")
+        if self._has_memory_nodes(graph):
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)
         for a, b in self._edge_lists(graph, from_, to, numDependencies):
             if (a.handle, b.handle) not in graph.edges:
                 raise Status(INVALID_VALUE)
@@ -718,6 +722,8 @@ class SimGraphs(SimCore):
     @api(0, callbacks=True)
     def cuGraphDestroyNode(self, hNode: Any) -> tuple[Any, ...]:
         node = self._node(hNode, "cuGraphDestroyNode")
+        if self._has_memory_nodes(node.graph):
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)
         for dep in list(node.deps):
             self._unlink(dep, node)
         for out in list(node.outs):
@@ -727,6 +733,16 @@ class SimGraphs(SimCore):
         if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
             self._destroy_graph(node.spec)  # the child graph and its user-object references go with it
         return OK
+
+    @staticmethod
+    def _has_memory_nodes(graph: Graph) -> bool:
+        """Graphs holding allocation or free nodes refuse node and edge removal and cloning.
+
+        Seen on an H200: destroying a node there answers ``CUDA_ERROR_NOT_SUPPORTED``
+        (differential scenario graph_with_memory_nodes_is_frozen checks all three).
+        """
+        kinds = (T.CU_GRAPH_NODE_TYPE_MEM_ALLOC, T.CU_GRAPH_NODE_TYPE_MEM_FREE)
+        return any(node.type in kinds for node in graph.nodes.values())
 
     # --- instantiation and launch ------------------------------------------------------------
 
