@@ -1194,19 +1194,8 @@ class GraphDefinition:
         Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
         :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
-        if not isinstance(event, Event):
-            raise TypeError(f"event must be an Event, not {type(event).__name__}")
-        handle = event.handle
-        return self._add(
-            "event_record",
-            deps,
-            driver.cuGraphAddEventRecordNode,
-            "cuGraphAddEventRecordNode",
-            handle,
-            owners=(event,),
-            info={"event": event},
-            context=event.context,
-        )
+        add = driver.cuGraphAddEventRecordNode
+        return self._event_node("event_record", event, deps, add, "cuGraphAddEventRecordNode")
 
     def wait(self, event: Event, *, deps: Iterable[Node] = ()) -> Node:
         """A node making the graph wait for ``event``'s last record; keeps the event alive.
@@ -1214,18 +1203,15 @@ class GraphDefinition:
         Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
         :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
+        add = driver.cuGraphAddEventWaitNode
+        return self._event_node("wait_event", event, deps, add, "cuGraphAddEventWaitNode")
+
+    def _event_node(self, kind: str, event: Event, deps: Iterable[Node], add: Callable[..., Any], call: str) -> Node:
+        """:meth:`_add` for event-record and event-wait nodes, which keep their event alive."""
         if not isinstance(event, Event):
             raise TypeError(f"event must be an Event, not {type(event).__name__}")
-        handle = event.handle
         return self._add(
-            "wait_event",
-            deps,
-            driver.cuGraphAddEventWaitNode,
-            "cuGraphAddEventWaitNode",
-            handle,
-            owners=(event,),
-            info={"event": event},
-            context=event.context,
+            kind, deps, add, call, event.handle, owners=(event,), info={"event": event}, context=event.context
         )
 
     def allocate(self, size: int, *, device: Device | int | None = None, deps: Iterable[Node] = ()) -> Node:
