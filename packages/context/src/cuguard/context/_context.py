@@ -246,24 +246,34 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self._kind == "foreign":
+            return
+        err, call = self._release()
+        if err:
+            raise_status(err, call)
+
+    def _release(self) -> tuple[Any, str]:
+        """Drop the primary retain or destroy the created context; ``(status, call)`` of the last step."""
         if self._kind == "primary":
             err, dev = driver.cuDeviceGet(self._device)
-            if not err:
-                (err,) = driver.cuDevicePrimaryCtxRelease(dev)
-                if err:
-                    raise_status(err, "cuDevicePrimaryCtxRelease")
-            else:
-                raise_status(err, "cuDeviceGet")
-        elif self._kind == "created":
-            (err,) = driver.cuCtxDestroy(self._handle)
             if err:
-                raise_status(err, "cuCtxDestroy")
+                return err, "cuDeviceGet"
+            (err,) = driver.cuDevicePrimaryCtxRelease(dev)
+            return err, "cuDevicePrimaryCtxRelease"
+        (err,) = driver.cuCtxDestroy(self._handle)
+        return err, "cuCtxDestroy"
 
     def __enter__(self) -> Context:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as failure:  # noqa: BLE001 - attached to the propagating exception (G4)
+            add_failure_note(exc, failure, handle=self._handle)
 
     @property
     def stale(self) -> bool:
@@ -281,15 +291,7 @@ class Context:
             return
         self._closed = True
         try:
-            if self._kind == "primary":
-                err, dev = driver.cuDeviceGet(self._device)
-                call = "cuDeviceGet"
-                if not err:
-                    (err,) = driver.cuDevicePrimaryCtxRelease(dev)
-                    call = "cuDevicePrimaryCtxRelease"
-            else:
-                (err,) = driver.cuCtxDestroy(self._handle)
-                call = "cuCtxDestroy"
+            err, call = self._release()
         except CUDAError as exc:  # no driver any more
             report_error(exc, self._handle)
             return

@@ -90,7 +90,7 @@ def add_failure_note(exc: BaseException, failure: object, call: str | None = Non
     restore). ``CUDA_ERROR_DEINITIALIZED`` is dropped (W4). Never raises.
     """
     if isinstance(failure, CUDAError):
-        if failure.code == DEINITIALIZED:
+        if _deinitialized(failure):
             return
         text = str(failure)
         if handle is not None:
@@ -132,6 +132,11 @@ def report(status: object, call: str, handle: object = None, detail: str | None 
     warnings.warn(CUDAWarning(text), stacklevel=2)
 
 
+def _deinitialized(error: CUDAError) -> bool:
+    """Whether ``error`` is the driver's CUDA_ERROR_DEINITIALIZED (not a library status of the same value)."""
+    return error.name == "CUDA_ERROR_DEINITIALIZED"
+
+
 def report_error(error: BaseException, handle: object = None, detail: str | None = None) -> None:
     """Report an exception caught where nothing can be raised (W1).
 
@@ -141,9 +146,11 @@ def report_error(error: BaseException, handle: object = None, detail: str | None
     if sys.is_finalizing():
         return
     if isinstance(error, CUDAError) and error.call is not None and error.code != 0:
-        if error.code == DEINITIALIZED:
+        if _deinitialized(error):
             return
-        text = _failure_text(error.code, error.call, handle)
+        # The error's own name and description: a compiler or linker status is not a CUresult.
+        target = f"({format_handle(handle)})" if handle is not None else ""
+        text = f"{error.call}{target} failed: {error.name}: {error.description}"
         if error.detail:
             text = f"{text}; {error.detail}"
     else:

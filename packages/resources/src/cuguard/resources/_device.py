@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuguard.context import Context, call_in, init_driver
-from cuguard.errors import driver, raise_status
+from cuguard.errors import ResourceClosedError, driver, raise_status
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
@@ -228,7 +228,7 @@ class Device:
                 raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {self!r}")
             if stream._closed or context._closed:
                 stream._check_open()
-                context.handle  # raises ResourceClosedError  # noqa: B018
+                raise ResourceClosedError(f"{context!r} is closed")
             err, ptr = driver.cuMemAllocAsync(size, stream._handle)
             if err:
                 raise_status(err, "cuMemAllocAsync")
@@ -241,7 +241,7 @@ class Device:
             buf._stream = stream
             buf._closed = False
             return buf
-        return Buffer._allocate(context, self._ordinal, size, stream)
+        return Buffer._allocate(context, self._ordinal, size)
 
     def allocate_pinned(self, size: int) -> PinnedBuffer:
         """Allocate ``size`` bytes of page-locked host memory.

@@ -38,19 +38,6 @@ def _free(ptr: Any) -> None:
         raise_status(err, "cuMemFree")
 
 
-def _alloc_async(size: int, stream: Any) -> tuple[Any, Any]:
-    err, ptr = driver.cuMemAllocAsync(size, stream)
-    if err:
-        raise_status(err, "cuMemAllocAsync")
-    return ptr, stream
-
-
-def _free_async(created: tuple[Any, Any]) -> None:
-    (err,) = driver.cuMemFreeAsync(created[0], created[1])
-    if err:
-        raise_status(err, "cuMemFreeAsync")
-
-
 def _sync_then_free(ptr: Any) -> Any:
     (err,) = driver.cuCtxSynchronize()
     if err:
@@ -119,17 +106,15 @@ class Buffer(Resource):
     _stream: Stream | None
 
     @classmethod
-    def _allocate(cls, context: Context, device: int, size: int, stream: Stream | None) -> Buffer:
+    def _allocate(cls, context: Context, device: int, size: int) -> Buffer:
+        """Synchronous allocation in ``context`` (stream-ordered ones are made by ``Device.allocate``)."""
         size = _size(size)
-        if stream is None:
-            handle = call_in(context, _alloc, _free, size)
-        else:
-            handle, _ = call_in(context, _alloc_async, _free_async, size, stream.handle)
+        handle = call_in(context, _alloc, _free, size)
         self = object.__new__(cls)
         self._init(handle, context)
         self._device = device
         self._size = size
-        self._stream = stream
+        self._stream = None
         return self
 
     @property

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import CUDAError, NVJitLinkError, NVRTCError, driver, raise_status
+from cuguard.errors import CUDAError, NVJitLinkError, NVRTCError, add_failure_note, driver, raise_status, report_error
 from cuguard.resources._base import Resource
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream
@@ -78,11 +78,16 @@ class Program:
             (err,) = get_fn(prog, image)
             if err:
                 raise NVRTCError(int(err), get_fn.__name__)
-            return bytes(image)
-        finally:
+            result = bytes(image)
+        except BaseException as exc:
             (derr,) = nvrtc.nvrtcDestroyProgram(prog)
-            # A failed destroy leaks host memory only; it cannot mask the result.
-            del derr
+            if derr:
+                add_failure_note(exc, NVRTCError(int(derr), "nvrtcDestroyProgram"))
+            raise
+        (derr,) = nvrtc.nvrtcDestroyProgram(prog)
+        if derr:  # the image is good; the program's host memory was leaked
+            report_error(NVRTCError(int(derr), "nvrtcDestroyProgram"), prog, "the NVRTC program was leaked")
+        return result
 
 
 def _nvrtc_log(nvrtc: Any, prog: Any) -> str:
@@ -132,9 +137,23 @@ def link(images: Sequence[bytes], arch: str, options: Sequence[str] = ()) -> byt
         size = nvjitlink.get_linked_cubin_size(handle)
         out = bytearray(size)
         nvjitlink.get_linked_cubin(handle, out)
-        return bytes(out)
-    finally:
+    except BaseException as exc:
+        _destroy_linker(nvjitlink, handle, exc)
+        raise
+    _destroy_linker(nvjitlink, handle, None)
+    return bytes(out)
+
+
+def _destroy_linker(nvjitlink: Any, handle: Any, exc: BaseException | None) -> None:
+    """Destroy the linker; a failure is a note on ``exc`` or, with none propagating, a warning."""
+    try:
         nvjitlink.destroy(handle)
+    except nvjitlink.nvJitLinkError as failure:
+        error = NVJitLinkError(int(getattr(failure, "status", 6)), "nvJitLinkDestroy", log=str(failure))
+        if exc is not None:
+            add_failure_note(exc, error)
+        else:
+            report_error(error, handle, "the nvJitLink handle was leaked")
 
 
 def _jit_log(nvjitlink: Any, handle: Any) -> str:

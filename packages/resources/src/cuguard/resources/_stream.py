@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import call_unraisable, driver, raise_status
+from cuguard.errors import call_unraisable, driver, raise_status, report
 from cuguard.resources._base import Resource
 
 __all__ = ["Event", "Stream"]
@@ -45,7 +45,9 @@ def _drain_host_callbacks() -> None:
         streams = {id(s): s for _, s in _pending.values()}
     for stream in streams.values():
         if not stream._closed and not stream._context._closed:
-            driver.cuStreamSynchronize(stream._handle)
+            (err,) = driver.cuStreamSynchronize(stream._handle)
+            if err:
+                report(err, "cuStreamSynchronize", stream._handle, "its pending host callbacks may never run")
 
 
 # --- streams -----------------------------------------------------------------------
