@@ -199,7 +199,7 @@ def test_report_error_reports_a_caught_exception() -> None:
         report_error(internal_error("double release"), HANDLE, detail="leaked")
     assert _cuda_warnings(caught) == [
         W1_EXAMPLE,
-        "RuntimeError (0x55d0c1a2b3c0): internal cuguard error, please report: double release; leaked",
+        "0x55d0c1a2b3c0: internal cuguard error, please report: double release; leaked",
     ]
 
 

@@ -8,19 +8,28 @@ that switches contexts, apart from :meth:`Context.set_current`.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
+    Unique,
     add_failure_note,
+    call_unraisable,
+    defer,
     driver,
+    driver_state,
     driver_token,
     format_handle,
+    in_driver_callback,
+    on_driver_change,
     raise_status,
+    refuse_construction,
     report,
     report_error,
 )
@@ -51,62 +60,106 @@ def init_driver() -> None:
         _initialized_for[:] = [fn]
 
 
-class Context:
+class Context(Unique):
     """A CUDA context: a device's primary context, one cuguard created, or a foreign one.
 
-    - :meth:`primary` retains the primary context of a device; :meth:`close`
-      (or garbage collection) releases that retain.
+    - :meth:`primary` returns the primary context of a device. There is one such
+      object per device and driver: the primary context is retained once, on
+      first use, and held until the process exits (or, for a simulated driver,
+      until that driver is closed), as the CUDA runtime does (O2). Its
+      :meth:`close` releases nothing, so it can never go away under a thread
+      where it is current.
     - :meth:`create` creates a new context that this object owns; :meth:`close`
-      destroys it.
+      (or garbage collection) destroys it.
     - :meth:`wrap` and :meth:`current` wrap a handle without owning it; their
       :meth:`close` only marks the wrapper closed.
 
-    Contexts compare equal and hash by handle. A closed context refuses use
-    with :class:`~cuguard.errors.ResourceClosedError` before anything reaches
-    the driver: cuguard never switches to a context it destroyed, which would
-    crash the process.
+    Contexts compare equal and hash by handle. Contexts are not copyable or
+    picklable (O1). A context that refuses use raises
+    :class:`~cuguard.errors.ResourceClosedError` before anything reaches the
+    driver, saying why: closed, destroyed by cuguard (every wrapper of a context
+    cuguard destroyed knows it, O4), or made under a driver that is no longer
+    installed (O3). cuguard never switches to a context it destroyed, which
+    would crash the process.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_device", "_driver", "_handle", "_int", "_kind")
+    __slots__ = ("__weakref__", "_closed", "_device", "_driver", "_handle", "_int", "_kind", "_released", "_why")
 
     _handle: Any
     _int: int
     _device: int | None
     _kind: str  # "primary", "created" or "foreign"
+    # _closed: unusable now (released, destroyed, or its driver is not installed);
+    # _released: closed or destroyed for good; _why: "closed" or "destroyed" once released.
     _closed: bool
+    _released: bool
+    _why: str
     _driver: Any  # the driver_token() the context was made under
 
     def __init__(self) -> None:
-        raise TypeError("use Context.primary(), Context.create(), Context.wrap() or Context.current()")
+        refuse_construction(
+            Context, "Context.primary(), Context.create(), Context.wrap(), Context.current() or Device.context"
+        )
 
     @classmethod
     def _make(cls, handle: Any, device: int | None, kind: str) -> Context:
         self = object.__new__(cls)
         self._handle = handle
-        self._int = int(handle)
+        self._int = value = int(handle)
         self._device = device
         self._kind = kind
+        self._driver = token = driver_token()
+        self._released = False
+        self._why = ""
         self._closed = False
-        self._driver = driver_token()
+        destroyed = driver_state().get(_DESTROYED)
+        if destroyed and value in destroyed:
+            if kind == "foreign":
+                self._released = self._closed = True
+                self._why = "destroyed"
+            else:  # the driver gave a destroyed context's handle to a new context
+                destroyed.discard(value)
+        with _registry_lock:
+            _contexts.add(self)
+        if token is not driver_token():  # the driver changed meanwhile
+            self._closed = True
         return self
 
     @classmethod
     def primary(cls, ordinal: int) -> Context:
-        """Retain the primary context of device ``ordinal``.
+        """The primary context of device ``ordinal``, retained once and held for the life of the process (O2).
 
-        Initializes the driver if needed. Raises ``TypeError``/``ValueError``
-        for a bad ordinal and :class:`~cuguard.errors.CUDAError` when the driver
+        Returns the same object for the same ordinal under the same driver,
+        from any thread. The first call initializes the driver and retains the
+        primary context; that retain is never released while the driver is
+        installed, so ``Device(0).set_current()`` and calls through temporary
+        devices are safe and cheap. Raises ``TypeError``/``ValueError`` for a
+        bad ordinal and :class:`~cuguard.errors.CUDAError` when the driver
         refuses; nothing is retained then. Does not change the current context.
         """
-        ordinal = _ordinal(ordinal)
-        init_driver()
-        err, dev = driver.cuDeviceGet(ordinal)
-        if err:
-            raise_status(err, "cuDeviceGet")
-        err, handle = driver.cuDevicePrimaryCtxRetain(dev)
-        if err:
-            raise_status(err, "cuDevicePrimaryCtxRetain")
-        return cls._make(handle, ordinal, "primary")
+        if type(ordinal) is not int or ordinal < 0:
+            ordinal = _ordinal(ordinal)
+        held: Context | None
+        primaries = driver_state().get(_PRIMARY)
+        if primaries is not None:
+            held = primaries.get(ordinal)
+            if held is not None:
+                return held
+        with _primary_lock:
+            primaries = driver_state().setdefault(_PRIMARY, {})
+            held = primaries.get(ordinal)
+            if held is not None:
+                return held
+            init_driver()
+            err, dev = driver.cuDeviceGet(ordinal)
+            if err:
+                raise_status(err, "cuDeviceGet")
+            err, handle = driver.cuDevicePrimaryCtxRetain(dev)
+            if err:
+                raise_status(err, "cuDevicePrimaryCtxRetain")
+            held = cls._make(handle, ordinal, "primary")
+            primaries[ordinal] = held
+        return held
 
     @classmethod
     def create(cls, ordinal: int, flags: int = 0) -> Context:
@@ -115,11 +168,13 @@ class Context:
         The driver pushes the new context on the thread's context stack; this
         call pops it again, so the caller's context (and stack) is as before
         (G2). If that pop fails, the new context is destroyed and
-        :class:`~cuguard.errors.CUDAError` is raised (C2); as the destroyed
-        context was current, none is current then. Raises
-        ``CUDAError`` when creation fails; nothing is created then.
+        :class:`~cuguard.errors.CUDAError` is raised (C2) naming the context
+        current now. Raises ``CUDAError`` when creation fails; nothing is
+        created then.
         """
         ordinal = _ordinal(ordinal)
+        if isinstance(flags, bool) or not isinstance(flags, int):
+            raise TypeError(f"flags must be an int, not {type(flags).__name__}")
         init_driver()
         err, dev = driver.cuDeviceGet(ordinal)
         if err:
@@ -131,23 +186,27 @@ class Context:
         # popping it restores the stack, and so the caller's context, exactly.
         err, _ = driver.cuCtxPopCurrent()
         if err:
-            error = CUDAError(
-                err,
-                "cuCtxPopCurrent",
-                "the caller's context could not be restored after creating a context; the new context was "
-                "destroyed, so no context is current now; call set_current() on the context you want",
-            )
             (derr,) = driver.cuCtxDestroy(handle)
+            now_err, now = driver.cuCtxGetCurrent()
+            current = "unknown (cuCtxGetCurrent failed)" if now_err else _describe(now)
             if derr:
                 # Not destroyed after all: the message must not say so (C2 names what is current).
                 error = CUDAError(
                     err,
                     "cuCtxPopCurrent",
                     "the caller's context could not be restored after creating a context, and the new context "
-                    f"{format_handle(handle)} could not be destroyed either: it was leaked and may still be current; "
-                    "call set_current() on the context you want",
+                    f"{format_handle(handle)} could not be destroyed either: it was leaked; the context now current "
+                    f"is {current}; call set_current() on the context you want",
                 )
                 add_failure_note(error, derr, "cuCtxDestroy", handle)
+            else:
+                _record_destroyed(int(handle))
+                error = CUDAError(
+                    err,
+                    "cuCtxPopCurrent",
+                    "the caller's context could not be restored after creating a context; the new context was "
+                    f"destroyed; the context now current is {current}; call set_current() on the context you want",
+                )
             raise error
         return cls._make(handle, ordinal, "created")
 
@@ -155,48 +214,64 @@ class Context:
     def wrap(cls, handle: Any, device: int | None = None) -> Context:
         """Wrap a context handle made elsewhere, without owning it.
 
-        ``handle`` is a ``CUcontext`` (or anything with ``__int__`` giving the
-        handle). A null handle raises ``ValueError``.
+        ``handle`` is a ``CUcontext`` (or an int, or anything whose ``__int__``
+        gives the handle); anything else raises ``TypeError``, a null handle
+        ``ValueError``. A handle of a context cuguard destroyed gives a wrapper
+        that refuses use (O4).
         """
+        if isinstance(handle, bool | float | str | bytes) or not hasattr(type(handle), "__int__"):
+            raise TypeError(f"handle must be a CUcontext or an int, not {type(handle).__name__}")
+        if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
+            raise TypeError(f"device must be an int or None, not {type(device).__name__}")
         if int(handle) == 0:
             raise ValueError("cannot wrap a null CUcontext")
         return cls._make(handle, device, "foreign")
 
     @staticmethod
     def current() -> Context | None:
-        """The calling thread's current context (a non-owning wrapper), or ``None``.
+        """The calling thread's current context, or ``None``.
 
-        Initializes the driver if needed. Raises :class:`~cuguard.errors.CUDAError`
-        if the driver cannot say.
+        The device's held primary context object when that is current, else a
+        non-owning wrapper. Initializes the driver if needed. Raises
+        :class:`~cuguard.errors.CUDAError` if the driver cannot say.
         """
         init_driver()
         err, handle = driver.cuCtxGetCurrent()
         if err:
             raise_status(err, "cuCtxGetCurrent")
-        if int(handle) == 0:
-            return None
-        return Context._make(handle, None, "foreign")
+        return _wrap_current(handle)
 
     @property
     def handle(self) -> Any:
-        """The ``CUcontext`` handle; raises ``ResourceClosedError`` once closed."""
+        """The ``CUcontext`` handle; raises ``ResourceClosedError`` once unusable (see the class)."""
         if self._closed:
-            raise ResourceClosedError(f"{self!r} is closed")
+            raise self._refusal()
         return self._handle
+
+    def _refusal(self) -> ResourceClosedError:
+        """The error for a use of this context, which refuses use: says why."""
+        if self._why == "destroyed":
+            return ResourceClosedError(f"{self!r} is closed: cuguard destroyed it; nothing may use or switch to it")
+        if self._released:
+            return ResourceClosedError(f"{self!r} is closed")
+        return ResourceClosedError(
+            f"{self!r} belongs to a CUDA driver that is no longer installed; its handle cannot reach the driver "
+            "installed now"
+        )
 
     @property
     def is_primary(self) -> bool:
-        """Whether this object holds a retain of a device's primary context."""
+        """Whether this is a device's primary context, held by cuguard for the life of the process."""
         return self._kind == "primary"
 
     @property
     def owned(self) -> bool:
-        """Whether closing this object releases the context (primary retain or created)."""
-        return self._kind != "foreign"
+        """Whether closing this object destroys the context (a context made by :meth:`create`)."""
+        return self._kind == "created"
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
+        """Whether the context refuses use: closed, destroyed, or of a driver that is no longer installed."""
         return self._closed
 
     @property
@@ -205,7 +280,7 @@ class Context:
 
         Known from creation; for a wrapped context it is asked from the driver
         once (running in this context, then restoring the caller's). That query
-        raises ``ResourceClosedError`` for a closed context and
+        raises ``ResourceClosedError`` for a context that refuses use and
         :class:`~cuguard.errors.CUDAError` if the driver refuses (C2 applies to the
         restore).
         """
@@ -216,52 +291,55 @@ class Context:
     def set_current(self) -> Context | None:
         """Make this the calling thread's current context with one ``cuCtxSetCurrent``.
 
-        Returns the context that was current before (a non-owning wrapper), or
+        Returns the context that was current before (see :meth:`current`), or
         ``None``. This is one of the two calls that change the current context
-        on purpose (G2). Raises ``ResourceClosedError`` for a closed context and
-        :class:`~cuguard.errors.CUDAError` if the driver refuses; the current
-        context is then unchanged.
+        on purpose (G2). Raises ``ResourceClosedError`` for a context that
+        refuses use and :class:`~cuguard.errors.CUDAError` if the driver
+        refuses; the current context is then unchanged.
         """
-        handle = self.handle
+        if self._closed:
+            raise self._refusal()
         err, previous = driver.cuCtxGetCurrent()
         if err:
             raise_status(err, "cuCtxGetCurrent")
-        (err,) = driver.cuCtxSetCurrent(handle)
+        (err,) = driver.cuCtxSetCurrent(self._handle)
         if err:
             raise_status(err, "cuCtxSetCurrent")
-        return None if int(previous) == 0 else Context._make(previous, None, "foreign")
+        return _wrap_current(previous)
 
     def synchronize(self) -> None:
         """Wait for all work in this context; raises :class:`~cuguard.errors.CUDAError` on failure."""
         call_in(self, _synchronize, None)
 
     def close(self) -> None:
-        """Release what this object owns: the primary retain, or the created context.
+        """Release what this object owns. Idempotent.
 
-        Idempotent. A foreign wrapper is only marked closed. If the release
-        fails, raises :class:`~cuguard.errors.CUDAError`, and the context is
-        considered gone (it is never released or switched to again: a leak is
-        preferred to a crash). Resources of the context must be closed first.
+        - A context made by :meth:`create` is destroyed. Every other object
+          that refers to it (wrappers, resources loaded into it) then refuses
+          use (O4). If the destroy fails, raises
+          :class:`~cuguard.errors.CUDAError` and the context is considered gone
+          all the same (it is never destroyed or switched to again: a leak is
+          preferred to a crash). Close its resources first: a resource of a
+          destroyed context is leaked, never released.
+        - A primary context is held for the life of the process (O2): closing
+          it releases nothing and leaves it usable.
+        - A foreign wrapper is only marked closed.
+
+        Raises ``ResourceClosedError`` for a context of a driver that is no
+        longer installed (O3); nothing reaches any driver then.
         """
-        if self._closed:
+        if self._released or self._kind == "primary":
             return
-        self._closed = True
+        if self._driver is not driver_token():
+            raise self._refusal()
         if self._kind == "foreign":
+            self._released = self._closed = True
+            self._why = "closed"
             return
-        err, call = self._release()
-        if err:
-            raise_status(err, call)
-
-    def _release(self) -> tuple[Any, str]:
-        """Drop the primary retain or destroy the created context; ``(status, call)`` of the last step."""
-        if self._kind == "primary":
-            err, dev = driver.cuDeviceGet(self._device)
-            if err:
-                return err, "cuDeviceGet"
-            (err,) = driver.cuDevicePrimaryCtxRelease(dev)
-            return err, "cuDevicePrimaryCtxRelease"
+        _record_destroyed(self._int)
         (err,) = driver.cuCtxDestroy(self._handle)
-        return err, "cuCtxDestroy"
+        if err:
+            raise_status(err, "cuCtxDestroy", f"the context {format_handle(self._handle)} was leaked")
 
     def __enter__(self) -> Context:
         return self
@@ -281,22 +359,30 @@ class Context:
         return self._driver is not driver_token()
 
     def __del__(self) -> None:
-        if self._closed or self._kind == "foreign" or sys.is_finalizing():
+        try:
+            if self._released or self._kind != "created" or sys.is_finalizing():
+                return
+        except AttributeError:  # construction never finished
             return
         if self._driver is not driver_token():
-            # Its driver was uninstalled (a simulator of an earlier test): the
-            # driver that owned it is gone, so there is nothing to release, and
-            # releasing into the driver now installed would hit a stranger.
-            self._closed = True
+            # O3: its driver is gone (a simulator of an earlier test); releasing
+            # into the driver installed now would hit a stranger.
             return
-        self._closed = True
-        try:
-            err, call = self._release()
-        except CUDAError as exc:  # no driver any more
-            report_error(exc, self._handle)
+        if in_driver_callback():
+            defer(self._collect)  # O5: no CUDA call on the driver's thread
+        elif _gc_running:
+            _after_gc.append(self)  # O6: its resources in the same garbage go first
+        else:
+            self._collect()
+
+    def _collect(self) -> None:
+        """Destroy a collected context; a failure is a warning (W1)."""
+        if self._released or self._driver is not driver_token():
             return
+        _record_destroyed(self._int)
+        (err,) = driver.cuCtxDestroy(self._handle)
         if err:
-            report(err, call, self._handle, "the context was leaked")
+            report(err, "cuCtxDestroy", self._handle, "the context was leaked")
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Context):
@@ -307,9 +393,95 @@ class Context:
         return hash(self._int)
 
     def __repr__(self) -> str:
-        state = " closed" if self._closed else ""
+        if self._why == "destroyed":
+            state = " destroyed"
+        elif self._released:
+            state = " closed"
+        elif self._closed:
+            state = " of an uninstalled driver"
+        else:
+            state = ""
         dev = "" if self._device is None else f" device={self._device}"
         return f"<Context {self._kind} {format_handle(self._int)}{dev}{state}>"
+
+
+# --- what is kept once per driver, and the objects that must hear about it ----------------------
+
+_DESTROYED = "destroyed contexts"  # driver_state() key: ints of contexts cuguard destroyed (O4)
+_PRIMARY = "primary contexts"  # driver_state() key: ordinal -> the held primary Context (O2)
+_primary_lock = threading.Lock()
+_registry_lock = threading.Lock()
+_contexts: weakref.WeakSet[Context] = weakref.WeakSet()
+
+
+def _record_destroyed(value: int) -> None:
+    """cuguard destroys context ``value`` now: every Context object of it refuses use from now on (O4)."""
+    state = driver_state()
+    destroyed = state.get(_DESTROYED)
+    if destroyed is None:
+        destroyed = state[_DESTROYED] = set()
+    destroyed.add(value)
+    token = driver_token()
+    with _registry_lock:
+        contexts = list(_contexts)
+    for ctx in contexts:
+        if ctx._int == value and ctx._driver is token and not ctx._released:
+            ctx._released = ctx._closed = True
+            ctx._why = "destroyed"
+
+
+def _driver_changed(token: Any) -> None:
+    """The installed driver changed: objects of other drivers refuse use, those of ``token`` are usable (O3)."""
+    with _registry_lock:
+        contexts = list(_contexts)
+    for ctx in contexts:
+        ctx._closed = ctx._released or ctx._driver is not token
+
+
+on_driver_change(_driver_changed)
+
+
+def _wrap_current(handle: Any) -> Context | None:
+    """``None`` for a null handle, the held primary context object for a primary one, else a wrapper."""
+    value = int(handle)
+    if value == 0:
+        return None
+    primaries = driver_state().get(_PRIMARY)
+    if primaries:
+        for held in primaries.values():
+            if held._int == value:
+                return held  # type: ignore[no-any-return]
+    return Context._make(handle, None, "foreign")
+
+
+# --- garbage collection order (O6) ----------------------------------------------------------------
+
+_gc_running = False
+_after_gc: list[Context] = []
+
+
+def _gc_phase(phase: str, info: dict[str, int]) -> None:
+    """A context collected during a collection is destroyed when the collection ends (O6).
+
+    Its resources collected in the same pass have then been released first.
+    """
+    global _gc_running
+    if phase == "start":
+        _gc_running = True
+        return
+    _gc_running = False
+    if not _after_gc or sys.is_finalizing():
+        return
+    pending = _after_gc[:]
+    del _after_gc[:]
+    for ctx in pending:
+        if in_driver_callback():
+            defer(ctx._collect)
+        else:
+            call_unraisable(ctx._collect, what="collection of a CUDA context")
+
+
+gc.callbacks.append(_gc_phase)
 
 
 def _ordinal(ordinal: object) -> int:
@@ -378,7 +550,7 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
     call, and ``CUDAError`` when the switch in fails (nothing ran then).
     """
     if context._closed:
-        raise ResourceClosedError(f"{context!r} is closed")
+        raise context._refusal()
     err, previous = driver.cuCtxGetCurrent()
     if err:
         raise_status(err, "cuCtxGetCurrent")
@@ -427,7 +599,7 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any) -> T | None:
     propagate after the restore. Nothing is retried.
     """
     if context._closed:
-        report_error(ResourceClosedError(f"{context!r} is closed"), context._int, "nothing was released")
+        report_error(context._refusal(), context._int, "nothing was released")
         return None
     err, previous = driver.cuCtxGetCurrent()
     if err:

@@ -11,7 +11,11 @@ Public surface:
   :func:`add_failure_note`, :func:`report`, :func:`report_error`,
   :func:`call_unraisable`, :func:`internal_error`, :func:`format_handle`;
 - the driver seam: :data:`driver`, :func:`use_driver`, :func:`driver_token`, :func:`install_driver`,
-  :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`.
+  :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`, and what the layers keep per
+  driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
+- ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
+  release thread: :func:`defer`, :func:`flush_deferred`, :func:`enter_driver_callback`,
+  :func:`exit_driver_callback`, :func:`in_driver_callback`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ from cuguard.errors._exceptions import NVJitLinkError as NVJitLinkError
 from cuguard.errors._exceptions import NVRTCError as NVRTCError
 from cuguard.errors._exceptions import NVVMError as NVVMError
 from cuguard.errors._exceptions import ResourceClosedError as ResourceClosedError
+from cuguard.errors._ownership import Unique as Unique
+from cuguard.errors._ownership import defer as defer
+from cuguard.errors._ownership import enter_driver_callback as enter_driver_callback
+from cuguard.errors._ownership import exit_driver_callback as exit_driver_callback
+from cuguard.errors._ownership import flush_deferred as flush_deferred
+from cuguard.errors._ownership import in_driver_callback as in_driver_callback
+from cuguard.errors._ownership import refuse_construction as refuse_construction
 from cuguard.errors._report import add_failure_note as add_failure_note
 from cuguard.errors._report import call_unraisable as call_unraisable
 from cuguard.errors._report import check as check
@@ -35,8 +46,11 @@ from cuguard.errors._seam import RESTORE_CONTEXT as RESTORE_CONTEXT
 from cuguard.errors._seam import DriverSeam as DriverSeam
 from cuguard.errors._seam import active_driver as active_driver
 from cuguard.errors._seam import driver as driver
+from cuguard.errors._seam import driver_state as driver_state
 from cuguard.errors._seam import driver_token as driver_token
+from cuguard.errors._seam import forget_driver as forget_driver
 from cuguard.errors._seam import install_driver as install_driver
+from cuguard.errors._seam import on_driver_change as on_driver_change
 from cuguard.errors._seam import real_driver as real_driver
 from cuguard.errors._seam import use_driver as use_driver
 from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
@@ -52,20 +66,30 @@ __all__ = [
     "NVRTCError",
     "NVVMError",
     "ResourceClosedError",
+    "Unique",
     "active_driver",
     "add_failure_note",
     "call_unraisable",
     "check",
+    "defer",
     "driver",
+    "driver_state",
     "driver_token",
+    "enter_driver_callback",
     "error_description",
     "error_name",
+    "exit_driver_callback",
+    "flush_deferred",
+    "forget_driver",
     "format_handle",
+    "in_driver_callback",
     "install_driver",
     "internal_error",
     "is_sticky",
+    "on_driver_change",
     "raise_status",
     "real_driver",
+    "refuse_construction",
     "report",
     "report_error",
     "use_driver",

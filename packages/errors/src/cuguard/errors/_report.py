@@ -141,7 +141,8 @@ def report_error(error: BaseException, handle: object = None, detail: str | None
     """Report an exception caught where nothing can be raised (W1).
 
     A :class:`CUDAError` is reported like :func:`report`; any other exception
-    (an internal error) becomes a :class:`CUDAWarning` carrying its type and text.
+    (a reason such as a closed context, or an internal error) becomes a
+    :class:`CUDAWarning` carrying the handle and the exception's text.
     """
     if sys.is_finalizing():
         return
@@ -154,8 +155,8 @@ def report_error(error: BaseException, handle: object = None, detail: str | None
         if error.detail:
             text = f"{text}; {error.detail}"
     else:
-        target = f" ({format_handle(handle)})" if handle is not None else ""
-        text = f"{type(error).__name__}{target}: {error}"
+        # The reason itself, never an exception class name where a call belongs (W1).
+        text = f"{format_handle(handle)}: {error}" if handle is not None else str(error)
     if detail:
         text = f"{text}; {detail}"
     warnings.warn(CUDAWarning(text), stacklevel=2)

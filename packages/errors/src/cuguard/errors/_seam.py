@@ -18,7 +18,7 @@ thread is making CUDA calls.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,8 +29,11 @@ __all__ = [
     "DriverSeam",
     "active_driver",
     "driver",
+    "driver_state",
     "driver_token",
+    "forget_driver",
     "install_driver",
+    "on_driver_change",
     "real_driver",
     "use_driver",
 ]
@@ -46,6 +49,8 @@ _active: Any = None
 _real: Any = None
 _REAL_TOKEN = object()
 _token: Any = _REAL_TOKEN
+_states: dict[Any, dict[str, Any]] = {}
+_listeners: list[Callable[[Any], None]] = []
 
 
 def real_driver() -> Any:
@@ -120,12 +125,17 @@ def install_driver(new: Any) -> Any:
     global _active, _token
     with _lock:
         previous = _active
+        old_token = _token
         _active = new
         base = new
         while base is not None and getattr(base, "wrapped_driver", None) is not None:
             base = base.wrapped_driver
         _token = _REAL_TOKEN if base is None else base
         driver.__dict__.clear()
+        changed = _token is not old_token
+        listeners = list(_listeners) if changed else []
+    for listener in listeners:
+        listener(_token)
     return previous
 
 
@@ -139,6 +149,42 @@ def driver_token() -> Any:
     test), and must not be released into the driver now installed. Never raises.
     """
     return _token
+
+
+def driver_state() -> dict[str, Any]:
+    """A dictionary private to the driver behind the seam (see :func:`driver_token`).
+
+    The layers keep there what exists once per driver: the :class:`Device`
+    objects, the held primary contexts, the record of destroyed contexts. It
+    stays while that driver is installed again later, and goes away with
+    :func:`forget_driver`. Never raises.
+    """
+    state = _states.get(_token)
+    if state is None:
+        with _lock:
+            state = _states.setdefault(_token, {})
+    return state
+
+
+def forget_driver(token: Any) -> None:
+    """Drop what the layers keep for the driver ``token`` (a driver that is finished for good).
+
+    A simulated driver calls this when it is closed. Objects made under it stay
+    refused (O3); nothing is released. Never raises.
+    """
+    with _lock:
+        _states.pop(token, None)
+
+
+def on_driver_change(listener: Callable[[Any], None]) -> None:
+    """Call ``listener(new_token)`` after each :func:`install_driver` that changes the driver token.
+
+    For the layers: they mark the objects of a driver that is no longer
+    installed as unusable, and usable again when it is installed again. A
+    listener must not raise and must not call any driver.
+    """
+    with _lock:
+        _listeners.append(listener)
 
 
 @contextmanager

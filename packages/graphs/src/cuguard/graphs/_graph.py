@@ -20,11 +20,15 @@ from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
+    Unique,
     add_failure_note,
+    defer,
     driver,
     driver_token,
     format_handle,
+    in_driver_callback,
     raise_status,
+    refuse_construction,
     report,
     report_error,
 )
@@ -61,6 +65,11 @@ _KINDS = {
 }
 
 
+_UNINSTALLED = (
+    "{0!r} belongs to a CUDA driver that is no longer installed; its handle cannot reach the driver installed now"
+)
+
+
 def _types() -> Any:
     from cuda.bindings import driver as types
 
@@ -94,7 +103,7 @@ class GraphUpdateError(CUDAError, ValueError):
 # --- nodes ---------------------------------------------------------------------------------
 
 
-class Node:
+class Node(Unique):
     """A node of a :class:`GraphDefinition`.
 
     Created by the definition's builders (``g.empty()``, ``g.launch(...)``...)
@@ -118,7 +127,7 @@ class Node:
     _info: dict[str, Any]
 
     def __init__(self) -> None:
-        raise TypeError("nodes are created by GraphDefinition builders (g.empty(), g.launch(...), ...)")
+        refuse_construction(Node, "the builders of GraphDefinition and Node (g.empty(), g.launch(...), ...)")
 
     @classmethod
     def _make(cls, graph: GraphDefinition, handle: Any, kind: str, order: int, info: dict[str, Any]) -> Node:
@@ -158,8 +167,11 @@ class Node:
     def _check_live(self) -> None:
         if self._state != _LIVE:
             raise ResourceClosedError(f"{self!r} was {'destroyed' if self._state == _DESTROYED else 'leaked'}")
-        if self._graph._closed:
+        graph = self._graph
+        if graph._closed:
             raise ResourceClosedError(f"{self!r} belongs to a closed graph definition")
+        if graph._driver is not driver_token():
+            graph._check_open()
 
     def __repr__(self) -> str:
         state = {_LIVE: "", _DESTROYED: " destroyed", _LEAKED: " leaked"}[self._state]
@@ -573,7 +585,7 @@ def _ordinal_of(device: Device | int) -> int:
 # --- definitions ---------------------------------------------------------------------------
 
 
-class GraphDefinition:
+class GraphDefinition(Unique):
     """An explicit CUDA graph under construction (a ``CUgraph``).
 
     ``GraphDefinition(device)`` creates an empty graph. ``device`` (a
@@ -725,6 +737,8 @@ class GraphDefinition:
     def _check_open(self) -> None:
         if self._closed:
             raise ResourceClosedError(f"{self!r} is closed")
+        if self._driver is not driver_token():
+            raise ResourceClosedError(_UNINSTALLED.format(self))
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
@@ -963,7 +977,7 @@ class GraphDefinition:
         kernel node while no context is current (seen on an H200). If restoring
         the caller's context then fails, the new node is destroyed again (C2).
         """
-        if self._closed:
+        if self._closed or self._driver is not driver_token():
             self._check_open()
         dep_nodes = self._deps(deps)
         retained = self._retain(owners) if owners else None
@@ -1008,7 +1022,7 @@ class GraphDefinition:
 
     def _empty(self, deps: tuple[object, ...]) -> Node:
         """:meth:`_add` for empty nodes, inlined: the hot path of building graphs (same checks, same order)."""
-        if self._closed:
+        if self._closed or self._driver is not driver_token():
             self._check_open()
         count = len(deps)
         handles: list[Any] | None
@@ -1390,6 +1404,8 @@ class GraphDefinition:
         """
         if self._closed:
             return
+        if self._driver is not driver_token():
+            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         self._closed = True
         self._forget()
         (err,) = driver.cuGraphDestroy(self._handle)
@@ -1421,9 +1437,18 @@ class GraphDefinition:
     def __del__(self) -> None:
         if getattr(self, "_closed", True) or sys.is_finalizing():
             return
-        self._closed = True
         if self._driver is not driver_token():
-            return  # its driver was uninstalled: nothing of it is left to destroy here
+            return  # its driver was uninstalled: nothing of it is released here or said (O3)
+        if in_driver_callback():
+            defer(self._collect)  # O5: never call CUDA from the driver's thread
+            return
+        self._collect()
+
+    def _collect(self) -> None:
+        """Destroy a collected definition; failures are warnings (W1)."""
+        if self._closed or self._driver is not driver_token():
+            return
+        self._closed = True
         self._forget()
         try:
             (err,) = driver.cuGraphDestroy(self._handle)
@@ -1477,7 +1502,7 @@ def _exec_destroy(handle: Any) -> None:
 # --- executable graphs -----------------------------------------------------------------------
 
 
-class Graph:
+class Graph(Unique):
     """An executable graph (a ``CUgraphExec``), made by :meth:`GraphDefinition.instantiate`.
 
     :meth:`launch` queues it on a stream; :meth:`upload` prepares it;
@@ -1498,7 +1523,7 @@ class Graph:
     _signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]]
 
     def __init__(self) -> None:
-        raise TypeError("use GraphDefinition.instantiate()")
+        refuse_construction(Graph, "GraphDefinition.instantiate()")
 
     @classmethod
     def _make(
@@ -1532,6 +1557,8 @@ class Graph:
     def _check_open(self) -> None:
         if self._closed:
             raise ResourceClosedError(f"{self!r} is closed")
+        if self._driver is not driver_token():
+            raise ResourceClosedError(_UNINSTALLED.format(self))
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
@@ -1605,6 +1632,8 @@ class Graph:
         """
         if self._closed:
             return
+        if self._driver is not driver_token():
+            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         self._closed = True
         (err,) = driver.cuGraphExecDestroy(self._handle)
         if err:
@@ -1625,9 +1654,18 @@ class Graph:
     def __del__(self) -> None:
         if getattr(self, "_closed", True) or sys.is_finalizing():
             return
-        self._closed = True
         if self._driver is not driver_token():
-            return  # its driver was uninstalled: nothing of it is left to destroy here
+            return  # its driver was uninstalled: nothing of it is released here or said (O3)
+        if in_driver_callback():
+            defer(self._collect)  # O5: never call CUDA from the driver's thread
+            return
+        self._collect()
+
+    def _collect(self) -> None:
+        """Destroy a collected executable graph; failures are warnings (W1)."""
+        if self._closed or self._driver is not driver_token():
+            return
+        self._closed = True
         try:
             (err,) = driver.cuGraphExecDestroy(self._handle)
         except CUDAError as exc:

@@ -10,8 +10,8 @@ launches have finished), the driver calls the destructor with the token.
 
 The destructor runs on a driver thread, or synchronously inside the releasing
 driver call (observed on an H200). It must not call CUDA and must not block, so
-it only puts the token on a queue. A Python daemon thread takes tokens off the
-queue and drops the payload; releasing the objects in it may fail, and such
+it only hands the token to cuguard's release thread (the errors layer's
+:func:`~cuguard.errors.defer`), which drops the payload; releasing the objects in it may fail, and such
 failures surface as ``CUDAWarning`` (W1) through the objects' own collection
 path, or through ``sys.unraisablehook`` when escalated (W3).
 
@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import queue
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 
-from cuguard.errors import call_unraisable
+from cuguard.errors import call_unraisable, defer, enter_driver_callback, exit_driver_callback
+from cuguard.errors import flush_deferred as _flush
 
 __all__ = [
     "HostCallback",
@@ -51,24 +50,24 @@ _FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 # token -> payload (the objects a definition's nodes use), until CUDA drops the user object.
 _payloads: dict[int, dict[int, object]] = {}
 _tokens = itertools.count(1)
-_queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-_thread_lock = threading.Lock()
-_thread: list[threading.Thread] = []
 
 # Bound once, so the destructor does as little as possible (no global lookups of modules).
 _is_finalizing = sys.is_finalizing
-_put = _queue.put
 
 
 def _user_object_destructor(user_data: int | None) -> None:
-    """The C destructor of every cuguard user object: enqueue the token, nothing else.
+    """The C destructor of every cuguard user object: hand the token to the release thread, nothing else.
 
     Runs on a driver thread or inside a driver call; never calls CUDA, never
-    blocks (``SimpleQueue.put`` is reentrant and unbounded).
+    blocks (the release thread's queue is reentrant and unbounded).
     """
     if _is_finalizing():
         return
-    _put(user_data or 0)
+    enter_driver_callback()
+    try:
+        defer(_release_payload, user_data or 0)
+    finally:
+        exit_driver_callback()
 
 
 _DESTROY_THUNK = _FN_TYPE(_user_object_destructor)
@@ -80,40 +79,19 @@ def destructor_address() -> int:
     return _DESTROY_ADDRESS
 
 
-def _release_loop() -> None:
-    while True:
-        item = _queue.get()
-        if isinstance(item, threading.Event):
-            item.set()
-            continue
-        if not isinstance(item, int):  # pragma: no cover - only ints and events are queued
-            continue
-        payload = _payloads.pop(item, None)
-        if payload:
-            call_unraisable(_drop, payload, what="deferred release of CUDA graph resources")
-        del payload
+def _release_payload(token: int) -> None:
+    """On the release thread: drop every reference in the payload of ``token``.
 
-
-def _drop(payload: dict[int, object]) -> None:
-    """Drop every reference in ``payload``; the objects' own collection reports failures (W1)."""
+    The objects' own collection reports failures (W1).
+    """
+    payload = _payloads.pop(token, None)
     while payload:
         _, owner = payload.popitem()
         del owner
 
 
-def _ensure_thread() -> None:
-    if _thread:
-        return
-    with _thread_lock:
-        if not _thread:
-            thread = threading.Thread(target=_release_loop, name="cuguard-graph-release", daemon=True)
-            thread.start()
-            _thread.append(thread)
-
-
 def register_payload(payload: dict[int, object]) -> int:
     """Register ``payload`` under a fresh token for a new user object; return the token."""
-    _ensure_thread()
     token = next(_tokens)
     _payloads[token] = payload
     return token
@@ -133,15 +111,14 @@ def flush_deferred(timeout: float | None = None) -> bool:
     """Wait until every release CUDA has delivered so far has been processed.
 
     CUDA tells cuguard that it dropped a graph's resources through a user-object
-    destructor, which only queues the release; a daemon thread performs it.
-    This waits for the queue as it is now (useful in tests and before checking
-    for leaks). Returns ``False`` if ``timeout`` seconds passed first. Must not
-    be called from a host callback or destructor (it would wait for itself).
+    destructor, which only hands the release to cuguard's release thread (the
+    one that also carries out releases that became due inside host functions).
+    This waits for what was handed over so far (useful in tests and before
+    checking for leaks). Returns ``False`` if ``timeout`` seconds passed first,
+    or at once when called from a host callback or the release thread (it
+    would wait for itself).
     """
-    _ensure_thread()
-    done = threading.Event()
-    _put(done)
-    return done.wait(timeout)
+    return _flush(timeout)
 
 
 # --- host callbacks ------------------------------------------------------------------------
@@ -172,9 +149,14 @@ def _host_trampoline(user_data: int | None) -> None:
     """Run a host-callback node's callable; an exception goes to ``sys.unraisablehook`` (W6)."""
     if _is_finalizing():
         return
-    callback = _callbacks.get(user_data or 0)
-    if callback is not None:
-        call_unraisable(callback.fn, what="CUDA graph host callback")
+    enter_driver_callback()  # releases that become due here go to the release thread (O5)
+    try:
+        callback = _callbacks.get(user_data or 0)
+        if callback is not None:
+            call_unraisable(callback.fn, what="CUDA graph host callback")
+        del callback
+    finally:
+        exit_driver_callback()
 
 
 _HOST_THUNK = _FN_TYPE(_host_trampoline)

@@ -7,6 +7,12 @@ reports a ``CUDAWarning`` instead, W1). Either way the handle is marked
 released *before* the driver is asked, so it is never released twice (S2);
 a failed release leaks the object rather than risking a dangling one (W5).
 Once the interpreter is finalizing, collection does nothing at all (S1).
+
+Ownership (O1-O6): a resource is the one Python owner of its handle (no
+copies, no pickles, no direct construction); it refuses use once its context
+refuses use (destroyed by cuguard, or of a driver that is no longer installed);
+a collection that happens inside a CUDA host function is carried out on
+cuguard's release thread.
 """
 
 from __future__ import annotations
@@ -15,21 +21,41 @@ import sys
 from typing import Any, ClassVar
 
 from cuguard.context import Context
-from cuguard.errors import CUDAError, ResourceClosedError, add_failure_note, format_handle, report, report_error
+from cuguard.errors import (
+    CUDAError,
+    ResourceClosedError,
+    Unique,
+    add_failure_note,
+    defer,
+    format_handle,
+    in_driver_callback,
+    refuse_construction,
+    report,
+    report_error,
+)
 
 __all__ = ["Resource"]
 
 
-class Resource:
-    """Base of every cuguard resource (streams, events, buffers, modules...)."""
+class Resource(Unique):
+    """Base of every cuguard resource (streams, events, buffers, modules...).
+
+    Resources come from factories (:class:`~cuguard.resources.Device` methods);
+    constructing one directly raises ``TypeError`` naming the factory, and
+    copying or pickling one raises ``TypeError`` (O1).
+    """
 
     __slots__ = ("__weakref__", "_closed", "_context", "_handle", "_owned")
 
     _what: ClassVar[str] = "resource"
+    _factory: ClassVar[str] = "the methods of Device (create_stream, create_event, allocate, ...)"
     _handle: Any
     _context: Context
     _closed: bool
     _owned: bool
+
+    def __init__(self) -> None:
+        refuse_construction(type(self), self._factory)
 
     def _init(self, handle: Any, context: Context, owned: bool = True) -> None:
         self._handle = handle
@@ -39,9 +65,13 @@ class Resource:
 
     @property
     def handle(self) -> Any:
-        """The driver handle. Raises :class:`~cuguard.errors.ResourceClosedError` once closed."""
-        if self._closed:
-            raise ResourceClosedError(f"{self!r} is closed")
+        """The driver handle.
+
+        Raises :class:`~cuguard.errors.ResourceClosedError` once closed, once
+        its context was destroyed, or while its driver is not installed.
+        """
+        if self._closed or self._context._closed:
+            self._check_open()
         return self._handle
 
     @property
@@ -55,8 +85,17 @@ class Resource:
         return self._closed
 
     def _check_open(self) -> None:
+        """Raise :class:`~cuguard.errors.ResourceClosedError` saying why, if this resource refuses use."""
         if self._closed:
             raise ResourceClosedError(f"{self!r} is closed")
+        context = self._context
+        if context._closed:
+            if context._released:
+                raise ResourceClosedError(f"{self!r} cannot be used: its context {context!r} was closed")
+            raise ResourceClosedError(
+                f"{self!r} belongs to a CUDA driver that is no longer installed; its handle cannot reach the driver "
+                "installed now"
+            )
 
     def _release(self, raising: bool) -> tuple[Any, str]:
         """Release the driver object; return ``(status, call)``. Subclasses implement it.
@@ -67,10 +106,22 @@ class Resource:
         raise NotImplementedError
 
     def _context_gone(self) -> None:
-        """Raise for an explicit close whose context was closed first: the object is leaked."""
-        raise RuntimeError(
-            f"{self!r} cannot be released: its context {self._context!r} was closed first; it was leaked"
-        )
+        """Handle an explicit close while the context refuses use (O3, O4); raises for an owned resource.
+
+        Of a driver that is no longer installed: raises and stays as it is
+        (nothing reaches any driver). Of a context that was closed or destroyed:
+        marked closed and, when owned, leaked and reported by raising.
+        """
+        context = self._context
+        if not context._released:
+            raise ResourceClosedError(
+                f"{self!r} belongs to a CUDA driver that is no longer installed; nothing was released"
+            )
+        self._closed = True
+        if self._owned:
+            raise ResourceClosedError(
+                f"{self!r} cannot be released: its context {context!r} was closed first; it was leaked"
+            )
 
     def _release_failed(self, status: Any, call: str) -> None:
         """Raise for an explicit release the driver refused: the object is leaked (S3, W5)."""
@@ -86,11 +137,12 @@ class Resource:
         """
         if self._closed:
             return
+        if self._context._closed:
+            self._context_gone()
+            return
         self._closed = True
         if not self._owned:
             return
-        if self._context._closed:
-            self._context_gone()
         status, call = self._release(True)
         if status:
             self._release_failed(status, call)
@@ -119,13 +171,27 @@ class Resource:
             return
         if sys.is_finalizing():
             return
-        self._closed = True
-        if not self._owned or self._context.stale:
-            # A resource of an uninstalled driver has nothing left to release.
+        context = self._context
+        if not self._owned or (context._closed and not context._released):
+            # Not ours to release, or of a driver that is no longer installed:
+            # nothing is released and nothing is said (O3).
             return
-        if self._context._closed:
+        if in_driver_callback():
+            defer(self._collect)  # O5: never call CUDA from the driver's thread
+            return
+        self._collect()
+
+    def _collect(self) -> None:
+        """Release a collected resource; failures become ``CUDAWarning`` (W1)."""
+        if self._closed:
+            return
+        context = self._context
+        if context._closed and not context._released:  # its driver went away meanwhile (O3)
+            return
+        self._closed = True
+        if context._closed:
             report_error(
-                RuntimeError(f"its context {self._context!r} was closed first"),
+                ResourceClosedError(f"its context {context!r} was closed before it"),
                 self._handle,
                 f"the {self._what} was leaked",
             )

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from cuguard.context import Context, call_in, init_driver
-from cuguard.errors import ResourceClosedError, driver, raise_status
+from cuguard.errors import ResourceClosedError, driver, driver_state, driver_token, raise_status
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
-from cuguard.resources._stream import Event, Stream
+from cuguard.resources._stream import Event, Stream, _stream_arg
 
 __all__ = ["Device"]
 
@@ -43,37 +44,85 @@ def _ctx_sync() -> None:
 
 
 _new = object.__new__
+_DEVICES = "devices"  # driver_state() key: ordinal -> Device (O2)
+_devices_lock = threading.Lock()
+
+
+def _check_ordinal(ordinal: object) -> int:
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        raise TypeError(f"a device ordinal must be an int, not {type(ordinal).__name__}")
+    if ordinal < 0:
+        raise ValueError(f"a device ordinal must be 0 or more, not {ordinal}")
+    return ordinal
 
 
 class Device:
-    """A CUDA device, by ordinal.
+    """A CUDA device, by ordinal: one object per ordinal per installed driver (O2).
+
+    ``Device(n)`` returns the same object for the same ordinal from any
+    thread, as in cuda.core. Its primary context (:attr:`context`) is retained
+    on first use and held until the process exits (for a simulated driver:
+    until that driver is closed), as the CUDA runtime does, so
+    ``Device(0).set_current()`` and calls through temporary devices such as
+    ``Device(0).allocate(256)`` are safe and cost no context creation.
 
     Every method runs in the device's primary context and leaves the
     caller's current context as it was, also when no context is current
     (G2), switching only when needed (C1); only :meth:`set_current` changes
     it on purpose. Creating methods create nothing when they raise (G1).
     Failures raise :class:`~cuguard.errors.CUDAError`; bad arguments raise
-    ``TypeError``/``ValueError`` before any driver call.
+    ``TypeError``/``ValueError`` before any driver call. A device of a driver
+    that is no longer installed raises :class:`~cuguard.errors.ResourceClosedError`
+    (O3). ``copy.copy`` and ``copy.deepcopy`` return the device itself;
+    a pickled device unpickles as ``Device(ordinal)`` of the driver installed then.
     """
 
-    __slots__ = ("_context", "_handle", "_ordinal")
+    __slots__ = ("_context", "_driver", "_handle", "_ordinal")
 
     _ordinal: int
     _handle: Any
     _context: Context | None
+    _driver: Any
 
-    def __init__(self, ordinal: int = 0) -> None:
-        if isinstance(ordinal, bool) or not isinstance(ordinal, int):
-            raise TypeError(f"a device ordinal must be an int, not {type(ordinal).__name__}")
-        if ordinal < 0:
-            raise ValueError(f"a device ordinal must be 0 or more, not {ordinal}")
-        init_driver()
-        err, handle = driver.cuDeviceGet(ordinal)
-        if err:
-            raise_status(err, "cuDeviceGet")
-        self._ordinal = ordinal
-        self._handle = handle
-        self._context = None
+    def __new__(cls, ordinal: int = 0) -> Device:
+        if type(ordinal) is not int or ordinal < 0:
+            ordinal = _check_ordinal(ordinal)
+        devices = driver_state().get(_DEVICES)
+        if devices is not None:
+            found = devices.get(ordinal)
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+        with _devices_lock:
+            devices = driver_state().setdefault(_DEVICES, {})
+            found = devices.get(ordinal)
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+            init_driver()
+            err, handle = driver.cuDeviceGet(ordinal)
+            if err:
+                raise_status(err, "cuDeviceGet")
+            self = object.__new__(cls)
+            self._ordinal = ordinal
+            self._handle = handle
+            self._context = None
+            self._driver = driver_token()
+            devices[ordinal] = self
+        return self
+
+    def __copy__(self) -> Device:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Device:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Device, (self._ordinal,))
+
+    def _check_driver(self) -> None:
+        if self._driver is not driver_token():
+            raise ResourceClosedError(
+                f"{self!r} belongs to a CUDA driver that is no longer installed; use Device({self._ordinal}) again"
+            )
 
     @staticmethod
     def count() -> int:
@@ -101,6 +150,7 @@ class Device:
     @property
     def name(self) -> str:
         """The device's product name; raises :class:`~cuguard.errors.CUDAError` if the driver refuses."""
+        self._check_driver()
         err, raw = driver.cuDeviceGetName(256, self._handle)
         if err:
             raise_status(err, "cuDeviceGetName")
@@ -114,6 +164,7 @@ class Device:
         """
         from cuda.bindings.driver import CUdevice_attribute
 
+        self._check_driver()
         err, value = driver.cuDeviceGetAttribute(CUdevice_attribute(int(attribute)), self._handle)
         if err:
             raise_status(err, "cuDeviceGetAttribute")
@@ -126,9 +177,15 @@ class Device:
 
     @property
     def context(self) -> Context:
-        """The device's primary context, retained on first use and held by this object."""
+        """The device's primary context (:meth:`Context.primary`), retained on first use and held for good (O2).
+
+        Raises :class:`~cuguard.errors.CUDAError` if the retain fails (nothing
+        is retained then) and ``ResourceClosedError`` for a device of a driver
+        that is no longer installed.
+        """
         context = self._context
         if context is None:
+            self._check_driver()
             context = self._context = Context.primary(self._ordinal)
         return context
 
@@ -220,15 +277,15 @@ class Device:
             # device whatever context is current (seen on an H200, differential
             # scenario alloc_async_needs_only_the_stream), so no context check
             # or switch is needed, and the current context is untouched (G2).
-            if type(stream) is not Stream and not isinstance(stream, Stream):
-                raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+            if type(stream) is not Stream:
+                stream = _stream_arg(stream, "stream")
             if type(size) is not int or size < 0:
                 _check_size(size)
             if stream._device != self._ordinal:
                 raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {self!r}")
-            if stream._closed or context._closed:
+            if stream._closed or context._closed or stream._context._closed:
                 stream._check_open()
-                raise ResourceClosedError(f"{context!r} is closed")
+                raise context._refusal()
             err, ptr = driver.cuMemAllocAsync(size, stream._handle)
             if err:
                 raise_status(err, "cuMemAllocAsync")
@@ -259,21 +316,6 @@ class Device:
         context is unchanged.
         """
         return Module.load(self.context, image)
-
-    def close(self) -> None:
-        """Drop this object's reference to the primary context.
-
-        The retain is released once no resource of this device still holds the
-        context either (resources keep it alive, so it is never released
-        under them).
-        """
-        self._context = None
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Device) and other._ordinal == self._ordinal
-
-    def __hash__(self) -> int:
-        return hash(("Device", self._ordinal))
 
     def __repr__(self) -> str:
         return f"<Device {self._ordinal}>"

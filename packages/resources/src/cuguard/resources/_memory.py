@@ -101,6 +101,7 @@ class Buffer(Resource):
 
     __slots__ = ("_device", "_size", "_stream")
     _what = "device memory"
+    _factory = "Device.allocate()"
     _device: int
     _size: int
     _stream: Stream | None
@@ -146,9 +147,10 @@ class Buffer(Resource):
         """
         if self._closed:
             return
-        self._closed = True
         if self._context._closed:
             self._context_gone()
+            return
+        self._closed = True
         stream = self._stream
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
@@ -179,7 +181,11 @@ class Buffer(Resource):
         unchanged until the stream reaches it); without, it completes before
         returning. Raises ``ValueError`` on a size mismatch.
         """
-        if type(stream) is Stream and not (self._closed or stream._closed) and type(src) is not Buffer:
+        if (
+            type(stream) is Stream
+            and not (self._closed or stream._closed or self._context._closed or stream._context._closed)
+            and type(src) is not Buffer
+        ):
             # Fast path: a host object or pinned buffer, queued on a stream.
             if type(src) is PinnedBuffer:
                 host: Any = src.address
@@ -334,6 +340,7 @@ class PinnedBuffer(Resource):
 
     __slots__ = ("_size", "_views")
     _what = "pinned host memory"
+    _factory = "Device.allocate_pinned()"
     _size: int
     _views: list[weakref.ref[Any]]
 

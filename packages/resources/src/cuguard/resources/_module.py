@@ -8,10 +8,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import CUDAError, NVJitLinkError, NVRTCError, add_failure_note, driver, raise_status, report_error
+from cuguard.errors import (
+    CUDAError,
+    NVJitLinkError,
+    NVRTCError,
+    Unique,
+    add_failure_note,
+    driver,
+    raise_status,
+    refuse_construction,
+    report_error,
+)
 from cuguard.resources._base import Resource
 from cuguard.resources._memory import Buffer, PinnedBuffer
-from cuguard.resources._stream import Stream
+from cuguard.resources._stream import Stream, _stream_arg
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "Program", "launch", "link"]
 
@@ -197,6 +207,7 @@ class Module(Resource):
 
     __slots__ = ("_device",)
     _what = "module"
+    _factory = "Device.load_module() or Module.load()"
     _device: int
 
     @classmethod
@@ -241,10 +252,10 @@ class Module(Resource):
         err, function = driver.cuModuleGetFunction(self.handle, name.encode())
         if err:
             raise CUDAError(err, "cuModuleGetFunction", f"kernel {name!r} not found in {self!r}")
-        return Kernel(function, name, self)
+        return Kernel._make(function, name, self)
 
 
-class Kernel:
+class Kernel(Unique):
     """A kernel of a loaded :class:`Module`; keeps its module alive.
 
     Made by :meth:`Module.get_kernel`. ``handle`` is the ``CUfunction``,
@@ -254,10 +265,20 @@ class Kernel:
 
     __slots__ = ("handle", "module", "name")
 
-    def __init__(self, handle: Any, name: str, module: Module) -> None:
+    handle: Any
+    name: str
+    module: Module
+
+    def __init__(self) -> None:
+        refuse_construction(Kernel, "Module.get_kernel()")
+
+    @classmethod
+    def _make(cls, handle: Any, name: str, module: Module) -> Kernel:
+        self = object.__new__(cls)
         self.handle = handle
         self.name = name
         self.module = module
+        return self
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name!r}>"
@@ -371,8 +392,11 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
     if type(kernel) is not Kernel:
         raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
-    if kernel.module._closed or stream._closed:
-        kernel.module._check_open()
+    if type(stream) is not Stream:
+        stream = _stream_arg(stream, "stream")
+    module = kernel.module
+    if module._closed or stream._closed or module._context._closed or stream._context._closed:
+        module._check_open()
         stream._check_open()
     gx, gy, gz, bx, by, bz, shared = config._launch_dims
     params = pack_args(args) if args else 0

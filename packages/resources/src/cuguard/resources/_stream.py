@@ -10,7 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import call_unraisable, driver, raise_status, report
+from cuguard.errors import (
+    call_unraisable,
+    driver,
+    enter_driver_callback,
+    exit_driver_callback,
+    raise_status,
+    report,
+)
 from cuguard.resources._base import Resource
 
 __all__ = ["Event", "Stream"]
@@ -28,10 +35,18 @@ _tokens = itertools.count(1)
 
 
 def _host_trampoline(user_data: int | None) -> None:
-    with _pending_lock:
-        entry = _pending.pop(user_data or 0, None)
-    if entry is not None:
-        call_unraisable(entry[0], what="host callback")
+    # Runs on a driver thread, where CUDA forbids API calls: a release that
+    # becomes due here (the entry held the last reference to the stream, or the
+    # callable held a resource) is handed to the release thread (O5).
+    enter_driver_callback()
+    try:
+        with _pending_lock:
+            entry = _pending.pop(user_data or 0, None)
+        if entry is not None:
+            call_unraisable(entry[0], what="host callback")
+        del entry
+    finally:
+        exit_driver_callback()
 
 
 _HOST_THUNK = _HOST_FN_TYPE(_host_trampoline)
@@ -65,6 +80,7 @@ class Stream(Resource):
 
     __slots__ = ("_device",)
     _what = "stream"
+    _factory = "Device.create_stream() (or Stream.wrap() for a stream made elsewhere)"
     _device: int
 
     @classmethod
@@ -86,11 +102,12 @@ class Stream(Resource):
         """
         if self._closed:
             return
+        if self._context._closed:
+            self._context_gone()
+            return
         self._closed = True
         if not self._owned:
             return
-        if self._context._closed:
-            self._context_gone()
         (err,) = driver.cuStreamDestroy(self._handle)
         if err:
             self._release_failed(err, "cuStreamDestroy")
@@ -239,6 +256,7 @@ class Event(Resource):
 
     __slots__ = ("_device", "_timing")
     _what = "event"
+    _factory = "Device.create_event() or Stream.record()"
     _device: int
     _timing: bool
 
@@ -274,9 +292,10 @@ class Event(Resource):
         """
         if self._closed:
             return
-        self._closed = True
         if self._context._closed:
             self._context_gone()
+            return
+        self._closed = True
         (err,) = driver.cuEventDestroy(self._handle)
         if err:
             self._release_failed(err, "cuEventDestroy")
@@ -301,7 +320,9 @@ class Event(Resource):
         Raises :class:`~cuguard.errors.CUDAError` if the driver refuses (for
         example a stream of another context: ``CUDA_ERROR_INVALID_HANDLE``).
         """
-        if self._closed or stream._closed:
+        if type(stream) is not Stream:
+            stream = _stream_arg(stream, "stream")
+        if self._closed or stream._closed or self._context._closed or stream._context._closed:
             self._check_open()
             stream._check_open()
         (err,) = driver.cuEventRecord(self._handle, stream._handle)
@@ -320,7 +341,7 @@ class Event(Resource):
 
     def query(self) -> bool:
         """Whether the work before the last record has finished (a never-recorded event is done)."""
-        if self._closed:
+        if self._closed or self._context._closed:
             self._check_open()
         (err,) = driver.cuEventQuery(self._handle)
         if not err:
@@ -339,6 +360,29 @@ class Event(Resource):
         if err:
             raise_status(err, "cuEventElapsedTime")
         return float(ms)
+
+
+def _stream_arg(value: Any, param: str) -> Stream:
+    """``value`` as a :class:`Stream`: a Stream, or a foreign object with ``__cuda_stream__`` (E3).
+
+    A foreign stream is wrapped without being owned, in the context the driver
+    says it belongs to. Anything else raises ``TypeError`` naming ``param``.
+    """
+    if isinstance(value, Stream):
+        return value
+    if getattr(type(value), "__cuda_stream__", None) is None:
+        raise TypeError(f"{param} must be a Stream (or an object with __cuda_stream__), not {type(value).__name__}")
+    version_handle = value.__cuda_stream__()
+    if not isinstance(version_handle, tuple) or len(version_handle) != 2:
+        raise TypeError(f"{param}.__cuda_stream__() must return (version, handle), not {version_handle!r}")
+    handle = driver_types().CUstream(int(version_handle[1]))
+    err, ctx = driver.cuStreamGetCtx(handle)
+    if err:
+        raise_status(err, "cuStreamGetCtx")
+    from cuguard.context import Context
+
+    context = Context.wrap(ctx)
+    return Stream._make(handle, context, context.device, owned=False)
 
 
 def _event_create(flags: int) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import itertools
 import re
 import struct
 import threading
@@ -17,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 from cuda.bindings import driver as cb
 
-from cuguard.errors import error_description, error_name
+from cuguard.errors import error_description, error_name, forget_driver
 from cuguard.testing._sim.accounting import (
     Changes,
     Incident,
@@ -44,6 +45,26 @@ INVALID_CONTEXT = R.CUDA_ERROR_INVALID_CONTEXT
 DEVICE_BASE = 1 << 48
 _HANDLE_BASE = 1 << 47  # above user space, below device addresses: never a host address
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+NOT_PERMITTED = R.CUDA_ERROR_NOT_PERMITTED
+#: Calls that read static tables and so answer even inside a host function.
+_CALLBACK_SAFE = frozenset({"cuGetErrorName", "cuGetErrorString"})
+
+# Handles and device addresses are drawn from process-wide counters, so that a
+# handle one simulator issued is never issued by another in the same process:
+# a handle that outlived its simulator is always foreign to the next one.
+_handle_counter = itertools.count(_HANDLE_BASE + 0x200, 0x200)
+_address_lock = threading.Lock()
+_next_address = [DEVICE_BASE]
+
+
+def _reserve_addresses(size: int) -> int:
+    """A fresh device address range of ``size`` bytes, never handed out before in this process."""
+    with _address_lock:
+        base = _next_address[0]
+        _next_address[0] = (base + size + 1024 + 511) & ~511
+    return base
+
+
 _PTR = ctypes.sizeof(ctypes.c_void_p)
 
 
@@ -70,6 +91,10 @@ def api(outputs: int = 0, *, locked: bool = True, callbacks: bool = False) -> Ca
         pad = (None,) * outputs
 
         def wrapper(self: SimCore, *args: Any, **kwargs: Any) -> Any:
+            if self._worker.on_worker() and name not in _CALLBACK_SAFE:
+                # CUDA forbids API calls from host functions; the driver says so.
+                self._note(self.misuse, name, "driver call from a host function, on the driver's thread")
+                return (NOT_PERMITTED, *pad)
             if self._gated:
                 code = self._gate_code(name)
                 if code is not None:
@@ -92,6 +117,11 @@ def api(outputs: int = 0, *, locked: bool = True, callbacks: bool = False) -> Ca
         return cast(F, wrapper)
 
     return decorate
+
+
+def _held_primary(obj: LiveObject) -> bool:
+    """A primary context retained once: a device's process-wide context, held by design (O2), not a leak."""
+    return obj.kind == "context" and obj.call == "cuDevicePrimaryCtxRetain" and obj.refcount == 1
 
 
 def h(value: Any) -> int:
@@ -274,8 +304,6 @@ class SimCore:
         self._worker = Worker("cuguard-sim-driver")
         self._destructors_on_driver_thread = destructors_on_driver_thread
         self._memory_per_device = memory_per_device
-        self._next_handle = _HANDLE_BASE
-        self._next_dev_addr = DEVICE_BASE
         self._op_seq = 0
         self._attributes = _attribute_table()
         # registries (entries stay after release, to detect double release and use after release)
@@ -294,7 +322,11 @@ class SimCore:
         self._images: dict[bytes, dict[str, tuple[Any, ...] | None]] = {}
         self._kernels: dict[str, tuple[Callable[..., Any], tuple[Any, ...] | None]] = {}
         self._live: dict[int, LiveObject] = {}
-        #: Fatal misuse (each also raised as :class:`SimulatedCrash`).
+        #: Misuse: calls that crash the real driver (each also raised as
+        #: :class:`SimulatedCrash`), and calls that corrupt the process for every
+        #: other user of the driver although the driver answers with a status
+        #: (work in a primary context whose last retain was released, a switch to
+        #: an unretained primary context, a driver call from a host function).
         self.misuse: list[Incident] = []
         #: Uses of released objects that the real driver answers with a status.
         self.use_after_release: list[Incident] = []
@@ -326,8 +358,7 @@ class SimCore:
         return None
 
     def _handle(self) -> int:
-        self._next_handle += 0x200
-        return self._next_handle
+        return next(_handle_counter)
 
     def _stack(self) -> list[Ctx | None]:
         try:
@@ -346,6 +377,11 @@ class SimCore:
         if ctx is None:
             raise Status(INVALID_CONTEXT)
         if ctx.destroyed:
+            # The thread was left with a context that is gone (for a primary
+            # context: its last retain was released while it was current).
+            # Every library in the process then fails here: misuse.
+            what = "primary context whose last retain was released" if ctx.primary else "destroyed context"
+            self._note(self.misuse, "(any call)", f"work in {what} {ctx.handle:#x}, still current", ctx.handle)
             raise Status(R.CUDA_ERROR_CONTEXT_IS_DESTROYED)
         return ctx
 
@@ -498,8 +534,13 @@ class SimCore:
         self._worker.drain()
 
     def close(self) -> None:
-        """Run what is queued on the driver thread, then stop and join it."""
+        """Run what is queued on the driver thread, then stop and join it.
+
+        cuguard forgets what it kept for this driver (its devices, its primary
+        contexts); objects made under it keep refusing use.
+        """
         self._worker.close()
+        forget_driver(self)
 
     def live_objects(self) -> list[LiveObject]:
         """The driver objects that exist now (see :class:`LiveObject`)."""
@@ -521,7 +562,11 @@ class SimCore:
         """What was created and not released, released, or recorded since ``snapshot``."""
         with self._lock:
             now = dict(self._live)
-            created = [obj for key, obj in now.items() if snapshot.live.get(key) != obj]
+            created = [
+                obj
+                for key, obj in now.items()
+                if snapshot.live.get(key) != obj and not (key not in snapshot.live and _held_primary(obj))
+            ]
             released = [obj for key, obj in snapshot.live.items() if key not in now]
             return Changes(
                 created,
@@ -789,7 +834,7 @@ class SimCore:
             if not target.primary:
                 raise self._crash(call, f"switch to destroyed context {target.handle:#x}", target.handle)
             self._note(
-                self.use_after_release,
+                self.misuse,
                 call,
                 f"switch to primary context {target.handle:#x} that is not retained",
                 target.handle,
@@ -1067,8 +1112,7 @@ class SimCore:
             raise Status(INVALID_VALUE)
         if self._used[device] + size > self._memory_per_device:
             raise Status(R.CUDA_ERROR_OUT_OF_MEMORY)
-        base = self._next_dev_addr
-        self._next_dev_addr = (base + size + 1024 + 511) & ~511
+        base = _reserve_addresses(size)
         alloc = Alloc(base, size, False, ctx, 0 if ctx is None else ctx.gen, call)
         self._dev_bases.append(base)
         self._dev_allocs.append(alloc)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cuguard.errors import use_driver
+from cuguard.errors import flush_deferred, use_driver
 from cuguard.testing._sim.graphs import SimGraphs
 
 __all__ = ["SimulatedDriver", "simulated_driver"]
@@ -52,12 +52,17 @@ def simulated_driver(devices: int = 2, **kwargs: Any) -> Iterator[SimulatedDrive
 
     Keyword arguments go to the constructor. On exit the previous driver is
     restored and the simulator's driver thread is joined (queued host
-    functions run first), also when the block raises. Nothing is checked on
+    functions run first), also when the block raises; releases handed to
+    cuguard's release thread are carried out first. Nothing is checked on
     exit; use :func:`nothing_left_behind` for that.
     """
     sim = SimulatedDriver(devices, **kwargs)
     try:
         with use_driver(sim):
-            yield sim
+            try:
+                yield sim
+            finally:
+                # Releases handed to cuguard's release thread reach this driver, not the next one.
+                flush_deferred()
     finally:
         sim.close()

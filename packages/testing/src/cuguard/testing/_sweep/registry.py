@@ -739,8 +739,18 @@ NO_DRIVER_CALL: dict[str, str] = {
             "DriverSeam",
             "DriverSeam()",
             "RESTORE_CONTEXT",
+            "driver_state",
+            "forget_driver",
+            "on_driver_change",
+            "refuse_construction",
+            "enter_driver_callback",
+            "exit_driver_callback",
+            "in_driver_callback",
         )
     },
+    "errors.Unique()": "ownership base class (no copies, no pickles): no driver call",
+    "errors.defer": "queues work for cuguard's release thread; makes no driver call itself",
+    "errors.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
     "context.Context()": "refused with TypeError: contexts come from the class methods",
     "context.Context.wrap": "wraps a handle; no driver call",
     "context.Context.handle": _NO_CALL_RESOURCE,
@@ -750,7 +760,6 @@ NO_DRIVER_CALL: dict[str, str] = {
     "context.Context.stale": "compares driver tokens",
     "resources.Device.ordinal": _NO_CALL_RESOURCE,
     "resources.Device.handle": _NO_CALL_RESOURCE,
-    "resources.Device.close": "drops a Python reference only",
     "resources.Resource": "abstract base: close/handle/context are swept through each subclass",
     "resources.Kernel": "a record of a module's function: no driver call",
     "resources.LaunchConfig": "validates and stores launch dimensions: no driver call",
@@ -779,7 +788,7 @@ NO_DRIVER_CALL: dict[str, str] = {
 for _cls in ("Stream", "Event", "Buffer", "PinnedBuffer", "Module"):
     for _attr in ("handle", "context", "closed"):
         NO_DRIVER_CALL[f"resources.{_cls}.{_attr}"] = _NO_CALL_RESOURCE
-    NO_DRIVER_CALL[f"resources.{_cls}()"] = "not constructed by users: made by Device or Module.load"
+    NO_DRIVER_CALL[f"resources.{_cls}()"] = "refused with TypeError naming the factory (O1)"
 for _key in (
     "Stream.device",
     "Event.timing",

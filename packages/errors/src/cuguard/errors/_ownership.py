@@ -1,0 +1,151 @@
+"""Ownership helpers every layer shares (contract O1, O5).
+
+- :class:`Unique`: the base of every class whose objects own a driver handle.
+  Such an object has exactly one Python owner: copying, deep-copying or
+  pickling it raises ``TypeError`` naming the class (O1).
+- :func:`refuse_construction`: the ``TypeError`` for a class that only a
+  factory makes (O1).
+- The release thread (O5). CUDA calls host functions and user-object
+  destructors on its own threads, where no CUDA call is allowed. cuguard's
+  trampolines mark those calls (:func:`enter_driver_callback`,
+  :func:`exit_driver_callback`); a release that becomes due there (a callback
+  dropped the last reference to a stream, say) is handed with :func:`defer`
+  to one Python daemon thread, which carries it out. :func:`flush_deferred`
+  waits for what was handed over so far.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+__all__ = [
+    "Unique",
+    "defer",
+    "enter_driver_callback",
+    "exit_driver_callback",
+    "flush_deferred",
+    "in_driver_callback",
+    "refuse_construction",
+]
+
+
+class Unique:
+    """Base of classes whose objects are the one Python owner of a driver handle (O1).
+
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` raise ``TypeError`` naming
+    the class: a second Python object for the same handle would release it a
+    second time, which crashes the real driver. Share the object itself.
+    """
+
+    __slots__ = ()
+
+    def _refuse_copy(self) -> NoReturn:
+        name = type(self).__name__
+        raise TypeError(
+            f"{name} objects cannot be copied or pickled: each owns a CUDA driver handle, "
+            f"and a second {name} for the same handle would release it twice; share the object itself"
+        )
+
+    def __copy__(self) -> NoReturn:
+        self._refuse_copy()
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self._refuse_copy()
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        self._refuse_copy()
+
+    def __reduce__(self) -> NoReturn:
+        self._refuse_copy()
+
+
+def refuse_construction(cls: type, factory: str) -> NoReturn:
+    """Raise the ``TypeError`` of a class whose objects only ``factory`` makes (O1)."""
+    raise TypeError(f"{cls.__name__} objects cannot be constructed directly; use {factory}")
+
+
+# --- the driver's callback threads ------------------------------------------------------------
+
+_tls = threading.local()
+
+
+def enter_driver_callback() -> None:
+    """Mark the calling thread as running inside a CUDA host function or destructor."""
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+
+
+def exit_driver_callback() -> None:
+    """Undo :func:`enter_driver_callback`."""
+    _tls.depth = getattr(_tls, "depth", 1) - 1
+
+
+def in_driver_callback() -> bool:
+    """Whether the calling thread is inside a CUDA host function or destructor, where CUDA forbids API calls."""
+    return getattr(_tls, "depth", 0) > 0
+
+
+# --- the release thread -----------------------------------------------------------------------
+
+_queue: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]] | threading.Event] = queue.SimpleQueue()
+_thread_lock = threading.Lock()
+_thread: list[threading.Thread] = []
+_put = _queue.put
+
+
+def _release_loop() -> None:
+    from cuguard.errors._report import call_unraisable
+
+    while True:
+        item = _queue.get()
+        if isinstance(item, threading.Event):
+            item.set()
+            continue
+        fn, args = item
+        del item
+        call_unraisable(fn, *args, what="deferred release of CUDA resources")
+        del fn, args
+
+
+def _ensure_thread() -> None:
+    if _thread:
+        return
+    with _thread_lock:
+        if not _thread:
+            thread = threading.Thread(target=_release_loop, name="cuguard-release", daemon=True)
+            thread.start()
+            _thread.append(thread)
+
+
+def defer(fn: Callable[..., object], *args: Any) -> None:
+    """Run ``fn(*args)`` soon on cuguard's release thread (never on the caller's thread).
+
+    Safe to call from a CUDA host function or user-object destructor: it only
+    puts the work on a queue (never blocks, never calls CUDA). Failures of
+    ``fn`` reach ``sys.unraisablehook`` (W3); a ``CUDAWarning`` it issues is
+    shown like any other. Once the interpreter is finalizing nothing is queued
+    (S1).
+    """
+    if sys.is_finalizing():
+        return
+    _ensure_thread()
+    _put((fn, args))
+
+
+def flush_deferred(timeout: float | None = None) -> bool:
+    """Wait until everything handed to the release thread so far has been carried out.
+
+    Returns ``False`` if ``timeout`` seconds passed first. Called from the
+    release thread itself or from inside a CUDA callback it returns ``False`` at
+    once (it would wait for itself).
+    """
+    if not _thread:
+        return True  # nothing was ever handed over
+    if sys.is_finalizing() or in_driver_callback() or threading.current_thread() is _thread[0]:
+        return False
+    done = threading.Event()
+    _put(done)
+    return done.wait(timeout)
