@@ -161,7 +161,6 @@ class Env:
         if self.cstream is not None:
             with contextlib.suppress(Exception):
                 self.cstream.close()
-        self.dev.close()
         gc.collect()
 
     def sync(self) -> None:

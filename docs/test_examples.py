@@ -33,6 +33,7 @@ CLAUSES = [
     *(f"G{i}" for i in range(1, 6)),
     *(f"W{i}" for i in range(1, 7)),
     *(f"C{i}" for i in range(1, 5)),
+    *(f"O{i}" for i in range(1, 7)),
     *(f"S{i}" for i in range(1, 4)),
     *(f"B{i}" for i in range(1, 6)),
 ]

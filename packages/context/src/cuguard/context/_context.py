@@ -120,7 +120,7 @@ class Context(Unique):
             else:  # the driver gave a destroyed context's handle to a new context
                 destroyed.discard(value)
         with _registry_lock:
-            _contexts.add(self)
+            _contexts[id(self)] = self
         if token is not driver_token():  # the driver changed meanwhile
             self._closed = True
         return self
@@ -411,7 +411,8 @@ _DESTROYED = "destroyed contexts"  # driver_state() key: ints of contexts cuguar
 _PRIMARY = "primary contexts"  # driver_state() key: ordinal -> the held primary Context (O2)
 _primary_lock = threading.Lock()
 _registry_lock = threading.Lock()
-_contexts: weakref.WeakSet[Context] = weakref.WeakSet()
+# Every Context object, by identity (contexts compare equal by handle, so no set would do).
+_contexts: weakref.WeakValueDictionary[int, Context] = weakref.WeakValueDictionary()
 
 
 def _record_destroyed(value: int) -> None:
@@ -423,7 +424,7 @@ def _record_destroyed(value: int) -> None:
     destroyed.add(value)
     token = driver_token()
     with _registry_lock:
-        contexts = list(_contexts)
+        contexts = list(_contexts.values())
     for ctx in contexts:
         if ctx._int == value and ctx._driver is token and not ctx._released:
             ctx._released = ctx._closed = True
@@ -433,7 +434,7 @@ def _record_destroyed(value: int) -> None:
 def _driver_changed(token: Any) -> None:
     """The installed driver changed: objects of other drivers refuse use, those of ``token`` are usable (O3)."""
     with _registry_lock:
-        contexts = list(_contexts)
+        contexts = list(_contexts.values())
     for ctx in contexts:
         ctx._closed = ctx._released or ctx._driver is not token
 

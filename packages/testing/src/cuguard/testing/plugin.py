@@ -166,8 +166,7 @@ def cuguard_driver(request: pytest.FixtureRequest) -> Iterator[Any]:
         before = proxy.live_objects()
         yield proxy.inner
         if _leak_check_wanted(request):
-            after = proxy.live_objects()
-            created = {key: n for key, n in after.items() if before.get(key, 0) < n}
+            created = _faults.left_behind(before, proxy.live_objects())
             assert not created, f"driver objects left behind: {created}"
     finally:
         _faults._release(proxy)
