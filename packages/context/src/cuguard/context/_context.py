@@ -589,7 +589,7 @@ def _fail_restore(err: Any, previous: Any, context: Context, result: Any, undo: 
     raise error
 
 
-def cleanup_in(context: Context, op: Callable[..., T], *args: Any) -> T | None:
+def cleanup_in(context: Context, op: Callable[..., T], *args: Any, resource: tuple[str, Any] | None = None) -> T | None:
     """Run ``op(*args)`` with ``context`` current for a destructor or callback (C3).
 
     Like :func:`call_in`, but a failure to switch in or to restore is
@@ -598,19 +598,26 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any) -> T | None:
     leaks what it meant to release). When the restore fails, the thread keeps
     ``context``, the context the cleanup used. Exceptions raised by ``op``
     propagate after the restore. Nothing is retried.
+
+    ``resource`` is ``(what, handle)`` of the object being released: a
+    warning then names it and says it was leaked, so that several resources
+    that could not be released give several warnings (W1, W2).
     """
+    leaked = (
+        "nothing was released" if resource is None else f"the {resource[0]} {format_handle(resource[1])} was leaked"
+    )
     if context._closed:
-        report_error(context._refusal(), context._int, "nothing was released")
+        report_error(context._refusal(), context._int, leaked)
         return None
     err, previous = driver.cuCtxGetCurrent()
     if err:
-        report(err, "cuCtxGetCurrent", None, "nothing was released")
+        report(err, "cuCtxGetCurrent", None, leaked)
         return None
     if int(previous) == context._int:
         return op(*args)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
-        report(err, "cuCtxSetCurrent", context._handle, "nothing was released")
+        report(err, "cuCtxSetCurrent", context._handle, leaked)
         return None
     try:
         return op(*args)

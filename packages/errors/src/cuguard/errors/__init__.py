@@ -15,7 +15,8 @@ Public surface:
   driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
 - ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
   release thread: :func:`defer`, :func:`flush_deferred`, :func:`enter_driver_callback`,
-  :func:`exit_driver_callback`, :func:`in_driver_callback`.
+  :func:`exit_driver_callback`, :func:`in_driver_callback`; :func:`wrong_kind`, the message of
+  every argument check.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from cuguard.errors._ownership import exit_driver_callback as exit_driver_callba
 from cuguard.errors._ownership import flush_deferred as flush_deferred
 from cuguard.errors._ownership import in_driver_callback as in_driver_callback
 from cuguard.errors._ownership import refuse_construction as refuse_construction
+from cuguard.errors._ownership import wrong_kind as wrong_kind
 from cuguard.errors._report import add_failure_note as add_failure_note
 from cuguard.errors._report import call_unraisable as call_unraisable
 from cuguard.errors._report import check as check
@@ -93,6 +95,7 @@ __all__ = [
     "report",
     "report_error",
     "use_driver",
+    "wrong_kind",
 ]
 
 __version__ = "0.1.0"

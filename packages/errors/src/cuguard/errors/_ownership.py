@@ -12,6 +12,7 @@
   dropped the last reference to a stream, say) is handed with :func:`defer`
   to one Python daemon thread, which carries it out. :func:`flush_deferred`
   waits for what was handed over so far.
+- :func:`wrong_kind`: the one ``TypeError`` message of every argument check (E3).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "flush_deferred",
     "in_driver_callback",
     "refuse_construction",
+    "wrong_kind",
 ]
 
 
@@ -149,3 +151,17 @@ def flush_deferred(timeout: float | None = None) -> bool:
     done = threading.Event()
     _put(done)
     return done.wait(timeout)
+
+
+# --- argument checks (E3) ---------------------------------------------------------------------
+
+
+def wrong_kind(param: str, expected: str, value: object) -> TypeError:
+    """The ``TypeError`` for parameter ``param`` given ``value`` where ``expected`` is taken (E3).
+
+    The message names the parameter, the expected kind and what was given, e.g.
+    ``stream must be a Stream (or an object with __cuda_stream__), not Event``.
+    The caller raises it.
+    """
+    given = "None" if value is None else type(value).__name__
+    return TypeError(f"{param} must be {expected}, not {given}")

@@ -985,18 +985,38 @@ class GraphDefinition(Unique):
         graph = self._handle
         dep_handles = [d._handle for d in dep_nodes] if dep_nodes else None
 
+        created: list[Any] = []
+        removed: list[bool] = []
+
         def add_node() -> Any:
             err, handle = add(graph, dep_handles, len(dep_nodes), *args)
             if err:
                 raise_status(err, call)
+            created.append(handle)
             return handle
 
+        def remove_node(handle: Any) -> None:
+            _destroy_new_node(handle)
+            removed.append(True)
+
         try:
-            handle = add_node() if run_in is None else call_in(run_in, add_node, _destroy_new_node)
+            handle = add_node() if run_in is None else call_in(run_in, add_node, remove_node)
         except BaseException as exc:
-            if retained is not None:
+            if created and not removed:
+                # The restore failed and the node could not be removed again: it stays in the
+                # definition, and what it uses stays alive with it (G5, W5: leak, never dangle).
+                self._publish(created[0], kind, info, context)
+                exc.add_note(
+                    f"the new {kind} node {format_handle(created[0])} remains in the graph definition; "
+                    "what it uses is kept alive with the definition"
+                )
+            elif retained is not None:
                 self._unretain(retained, exc)
             raise
+        return self._publish(handle, kind, info, context)
+
+    def _publish(self, handle: Any, kind: str, info: dict[str, Any] | None, context: Context | None) -> Node:
+        """Make the Node of a node the driver created part of this definition."""
         node = Node._make(self, handle, kind, self._next_order, {} if info is None else info)
         self._next_order += 1
         self._nodes[node._int] = node  # published: from here on it is part of the definition

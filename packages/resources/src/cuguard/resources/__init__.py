@@ -10,6 +10,11 @@ Every resource has ``handle``, ``close()`` (idempotent, raises on failure)
 and ``with`` support, and is released when garbage-collected (reporting a
 ``CUDAWarning`` on failure instead of raising). A failed creating call
 creates nothing and leaves the current context as it was.
+
+Every parameter that takes a cuguard object is checked before the driver sees
+it: another kind of object, ``None`` or a number raises ``TypeError`` naming the
+parameter (contract E3). Wherever a stream is taken, any object with
+``__cuda_stream__`` is accepted (:func:`as_stream`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from cuguard.resources._module import link as link
 from cuguard.resources._module import pack_args as pack_args
 from cuguard.resources._stream import Event as Event
 from cuguard.resources._stream import Stream as Stream
+from cuguard.resources._stream import as_stream as as_stream
 
 __all__ = [
     "Buffer",
@@ -39,6 +45,7 @@ __all__ = [
     "Program",
     "Resource",
     "Stream",
+    "as_stream",
     "launch",
     "link",
     "pack_args",

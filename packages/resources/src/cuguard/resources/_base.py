@@ -18,9 +18,10 @@ cuguard's release thread.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from cuguard.context import Context
+from cuguard.context import Context, call_in, cleanup_in
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
@@ -104,6 +105,28 @@ class Resource(Unique):
         ``call_in``) or a collection (switch with ``cleanup_in``).
         """
         raise NotImplementedError
+
+    def _release_in_context(self, raising: bool, step: Callable[[Any], tuple[Any, str]]) -> tuple[Any, str]:
+        """Run the release ``step(handle) -> (status, call)`` in this resource's context.
+
+        Explicit close (``raising``): a refused release raises its own
+        :class:`~cuguard.errors.CUDAError` (saying the object was leaked) from
+        inside the switch, so that a failed restore of the caller's context
+        afterwards becomes a note on it instead of hiding it (C2, G4).
+        Collection: the switch reports instead of raising (C3); a failed switch
+        leaks the object and says which one (W1, W2).
+        """
+        if raising:
+
+            def release(handle: Any) -> tuple[Any, str]:
+                status, call = step(handle)
+                if status:
+                    self._release_failed(status, call)
+                return status, call
+
+            return call_in(self._context, release, None, self._handle)
+        result = cleanup_in(self._context, step, self._handle, resource=(self._what, self._handle))
+        return result if result is not None else (0, "")
 
     def _context_gone(self) -> None:
         """Handle an explicit close while the context refuses use (O3, O4); raises for an owned resource.

@@ -10,7 +10,7 @@ from cuguard.errors import ResourceClosedError, driver, driver_state, driver_tok
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
-from cuguard.resources._stream import Event, Stream, _stream_arg
+from cuguard.resources._stream import Event, Stream, as_stream
 
 __all__ = ["Device"]
 
@@ -278,7 +278,7 @@ class Device:
             # scenario alloc_async_needs_only_the_stream), so no context check
             # or switch is needed, and the current context is untouched (G2).
             if type(stream) is not Stream:
-                stream = _stream_arg(stream, "stream")
+                stream = as_stream(stream, "stream")
             if type(size) is not int or size < 0:
                 _check_size(size)
             if stream._device != self._ordinal:

@@ -9,7 +9,7 @@ from typing import Any
 from cuguard.context import Context, call_in, cleanup_in
 from cuguard.errors import driver, raise_status
 from cuguard.resources._base import Resource
-from cuguard.resources._stream import Stream
+from cuguard.resources._stream import Stream, as_stream
 
 __all__ = ["Buffer", "PinnedBuffer"]
 
@@ -38,7 +38,7 @@ def _free(ptr: Any) -> None:
         raise_status(err, "cuMemFree")
 
 
-def _sync_then_free(ptr: Any) -> Any:
+def _sync_then_free(ptr: Any) -> tuple[Any, str]:
     (err,) = driver.cuCtxSynchronize()
     if err:
         return err, "cuCtxSynchronize"
@@ -166,11 +166,7 @@ class Buffer(Resource):
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
             return err, "cuMemFreeAsync"
-        step = _sync_then_free if stream is not None else _free_status
-        if raising:
-            return call_in(self._context, step, None, self._handle)  # type: ignore[no-any-return]
-        result = cleanup_in(self._context, step, self._handle)
-        return result if result is not None else (0, "")
+        return self._release_in_context(raising, _sync_then_free if stream is not None else _free_status)
 
     def copy_from(self, src: Any, stream: Stream | None = None) -> None:
         """Copy all of ``src`` into this buffer.
@@ -199,6 +195,8 @@ class Buffer(Resource):
             if err:
                 raise_status(err, "cuMemcpyHtoDAsync")
             return
+        if stream is not None and type(stream) is not Stream:
+            stream = as_stream(stream)
         dst = self.handle
         hstream = None if stream is None else stream.handle
         if isinstance(src, Buffer):
@@ -226,6 +224,8 @@ class Buffer(Resource):
 
         Same rules as :meth:`copy_from`; a read-only host object raises ``TypeError``.
         """
+        if stream is not None and type(stream) is not Stream:
+            stream = as_stream(stream)
         if isinstance(dst, Buffer):
             dst.copy_from(self, stream)
             return
@@ -257,6 +257,8 @@ class Buffer(Resource):
         """
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
             raise ValueError(f"fill value must be an int from 0 to 255, not {value!r}")
+        if stream is not None and type(stream) is not Stream:
+            stream = as_stream(stream)
         dst = self.handle
         if stream is None:
             (err,) = call_in(self._context, driver.cuMemsetD8, None, dst, value, self._size)
@@ -388,7 +390,4 @@ class PinnedBuffer(Resource):
         super().close()
 
     def _release(self, raising: bool) -> tuple[Any, str]:
-        if raising:
-            return call_in(self._context, _host_free_status, None, self._handle)
-        result = cleanup_in(self._context, _host_free_status, self._handle)
-        return result if result is not None else (0, "")
+        return self._release_in_context(raising, _host_free_status)

@@ -18,10 +18,11 @@ from cuguard.errors import (
     raise_status,
     refuse_construction,
     report_error,
+    wrong_kind,
 )
 from cuguard.resources._base import Resource
 from cuguard.resources._memory import Buffer, PinnedBuffer
-from cuguard.resources._stream import Stream, _stream_arg
+from cuguard.resources._stream import Stream, as_stream
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "Program", "launch", "link"]
 
@@ -220,6 +221,8 @@ class Module(Resource):
         ``CUDA_ERROR_INVALID_IMAGE``); nothing is loaded then and the caller's
         context is unchanged.
         """
+        if not isinstance(context, Context):
+            raise wrong_kind("context", "a Context", context)
         if isinstance(image, str):
             image = image.encode()
         if not isinstance(image, bytes | bytearray):
@@ -234,12 +237,7 @@ class Module(Resource):
         return self
 
     def _release(self, raising: bool) -> tuple[Any, str]:
-        from cuguard.context import cleanup_in
-
-        if raising:
-            return call_in(self._context, _module_unload_status, None, self._handle)
-        result = cleanup_in(self._context, _module_unload_status, self._handle)
-        return result if result is not None else (0, "")
+        return self._release_in_context(raising, _module_unload_status)
 
     def get_kernel(self, name: str) -> Kernel:
         """The kernel ``name`` (an ``extern "C"`` or mangled entry name).
@@ -389,11 +387,11 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
     the kernel surfaces later, at a synchronization.
     """
     if type(config) is not LaunchConfig and not isinstance(config, LaunchConfig):
-        raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
+        raise wrong_kind("config", "a LaunchConfig", config)
     if type(kernel) is not Kernel:
-        raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
+        raise wrong_kind("kernel", "a Kernel", kernel)
     if type(stream) is not Stream:
-        stream = _stream_arg(stream, "stream")
+        stream = as_stream(stream, "stream")
     module = kernel.module
     if module._closed or stream._closed or module._context._closed or stream._context._closed:
         module._check_open()

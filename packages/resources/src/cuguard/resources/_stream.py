@@ -12,6 +12,7 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import (
     call_unraisable,
+    wrong_kind,
     driver,
     enter_driver_callback,
     exit_driver_callback,
@@ -20,7 +21,7 @@ from cuguard.errors import (
 )
 from cuguard.resources._base import Resource
 
-__all__ = ["Event", "Stream"]
+__all__ = ["Event", "Stream", "as_stream"]
 
 
 # --- host callbacks ------------------------------------------------------------------
@@ -122,6 +123,10 @@ class Stream(Resource):
         read as an int raises ``TypeError``/``ValueError``; asking a wrapped
         context for its device may raise :class:`~cuguard.errors.CUDAError`.
         """
+        from cuguard.context import Context
+
+        if not isinstance(context, Context):
+            raise wrong_kind("context", "a Context", context)
         protocol = getattr(obj, "__cuda_stream__", None)
         if protocol is not None:
             _, address = protocol()
@@ -184,8 +189,9 @@ class Stream(Resource):
         """Make future work on this stream wait for ``other``.
 
         ``other`` is an :class:`Event` (waits for its last record) or a
-        :class:`Stream` (waits for the work queued on it so far; a temporary
-        event is recorded on it and released again, also on failure).
+        :class:`Stream` or any object with ``__cuda_stream__`` (waits for the
+        work queued on it so far; a temporary event is recorded on it and
+        released again, also on failure). Anything else raises ``TypeError``.
         """
         if isinstance(other, Event):
             (err,) = driver.cuStreamWaitEvent(self.handle, other.handle, 0)
@@ -193,7 +199,10 @@ class Stream(Resource):
                 raise_status(err, "cuStreamWaitEvent")
             return
         if not isinstance(other, Stream):
-            raise TypeError(f"a stream can wait on an Event or a Stream, not {type(other).__name__}")
+            if getattr(type(other), "__cuda_stream__", None) is None:
+                raise wrong_kind("other", "an Event or a Stream (or an object with __cuda_stream__)", other)
+            other = as_stream(other, "other")
+        self._check_open()
         other._check_open()
         with Event._create(other._context, other._device, timing=False) as event:
             event.record(other)
@@ -208,8 +217,9 @@ class Stream(Resource):
         error propagates (G1).
         """
         if event is not None:
-            event.record(self)
+            _event_arg(event, "event").record(self)
             return event
+        self._check_open()
         new = Event._create(self._context, self._device, timing=True)
         try:
             new.record(self)
@@ -321,7 +331,7 @@ class Event(Resource):
         example a stream of another context: ``CUDA_ERROR_INVALID_HANDLE``).
         """
         if type(stream) is not Stream:
-            stream = _stream_arg(stream, "stream")
+            stream = as_stream(stream, "stream")
         if self._closed or stream._closed or self._context._closed or stream._context._closed:
             self._check_open()
             stream._check_open()
@@ -356,26 +366,39 @@ class Event(Resource):
         The driver answers ``CUDA_ERROR_INVALID_HANDLE`` (raised as
         :class:`~cuguard.errors.CUDAError`) for unrecorded or non-timing events.
         """
+        start = _event_arg(start, "start")
         err, ms = driver.cuEventElapsedTime(start.handle, self.handle)
         if err:
             raise_status(err, "cuEventElapsedTime")
         return float(ms)
 
 
-def _stream_arg(value: Any, param: str) -> Stream:
-    """``value`` as a :class:`Stream`: a Stream, or a foreign object with ``__cuda_stream__`` (E3).
+_STREAM_KIND = "a Stream (or an object with __cuda_stream__)"
 
-    A foreign stream is wrapped without being owned, in the context the driver
-    says it belongs to. Anything else raises ``TypeError`` naming ``param``.
+
+def as_stream(value: Any, param: str = "stream") -> Stream:
+    """``value`` as a :class:`Stream`: a Stream itself, or any object with ``__cuda_stream__`` (E3).
+
+    A foreign stream (CuPy's, PyTorch's, cuda.core's...) is wrapped without
+    being owned, in the context the driver says it belongs to
+    (``cuStreamGetCtx``), so closing or collecting the wrapper never destroys
+    it. Anything else raises ``TypeError`` naming ``param``; a malformed
+    ``__cuda_stream__`` result raises ``TypeError`` too, and a driver refusal
+    :class:`~cuguard.errors.CUDAError`.
     """
     if isinstance(value, Stream):
         return value
     if getattr(type(value), "__cuda_stream__", None) is None:
-        raise TypeError(f"{param} must be a Stream (or an object with __cuda_stream__), not {type(value).__name__}")
+        raise wrong_kind(param, _STREAM_KIND, value)
     version_handle = value.__cuda_stream__()
-    if not isinstance(version_handle, tuple) or len(version_handle) != 2:
-        raise TypeError(f"{param}.__cuda_stream__() must return (version, handle), not {version_handle!r}")
-    handle = driver_types().CUstream(int(version_handle[1]))
+    if (
+        not isinstance(version_handle, tuple)
+        or len(version_handle) != 2
+        or isinstance(version_handle[1], bool)
+        or not isinstance(version_handle[1], int)
+    ):
+        raise TypeError(f"{param}.__cuda_stream__() must return (version, handle as an int), not {version_handle!r}")
+    handle = driver_types().CUstream(version_handle[1])
     err, ctx = driver.cuStreamGetCtx(handle)
     if err:
         raise_status(err, "cuStreamGetCtx")
@@ -383,6 +406,12 @@ def _stream_arg(value: Any, param: str) -> Stream:
 
     context = Context.wrap(ctx)
     return Stream._make(handle, context, context.device, owned=False)
+
+
+def _event_arg(value: Any, param: str) -> Event:
+    if type(value) is not Event and not isinstance(value, Event):
+        raise wrong_kind(param, "an Event", value)
+    return value
 
 
 def _event_create(flags: int) -> Any:

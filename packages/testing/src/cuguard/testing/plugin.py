@@ -4,7 +4,12 @@
   fixture (default ``sim``). With ``real`` on a machine with no usable GPU, the
   tests that use it are skipped with the reason.
 - ``CUDAWarning`` is an error inside tests (a test that expects one uses
-  ``pytest.warns(CUDAWarning)``).
+  ``pytest.warns(CUDAWarning)``). One that arises where nothing can raise (a
+  garbage-collected resource, a host callback, cuguard's release thread)
+  reaches ``sys.unraisablehook``; the plugin catches those during a test's
+  call and teardown and fails the test with them (contract B3, W3). A project
+  that writes ``ignore::cuguard.errors.CUDAWarning`` (or any other action for
+  it) in its own ``filterwarnings`` turns this off.
 - Fixtures: ``cuguard_driver`` (the driver of the run, installed for the test),
   ``sim`` (always a fresh simulated driver, installed for the test),
   ``cuguard_faults`` (fault plans that last until the end of the test).
@@ -19,13 +24,14 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
 import pytest
 
-from cuguard.errors import CUDADriverNotFoundError, CUDAError, real_driver
+from cuguard.errors import CUDADriverNotFoundError, CUDAError, CUDAWarning, flush_deferred, real_driver
 from cuguard.testing import _faults
 from cuguard.testing._sim import SimulatedDriver, nothing_left_behind, simulated_driver
 
@@ -177,6 +183,78 @@ def cuguard_faults() -> Iterator[Faults]:
     """Fault plans for the test (a :class:`Faults`); all are lifted when the test ends, also when it fails."""
     with ExitStack() as stack:
         yield Faults(stack)
+
+
+class _UnraisableCUDAWarnings:
+    """Collects the ``CUDAWarning``s that reach ``sys.unraisablehook``; passes everything else on."""
+
+    def __init__(self) -> None:
+        self.caught: list[str] = []
+        self._previous: Any = None
+
+    def __enter__(self) -> _UnraisableCUDAWarnings:
+        self._previous = sys.unraisablehook
+        sys.unraisablehook = self._hook
+        return self
+
+    def _hook(self, args: Any) -> None:
+        if isinstance(args.exc_value, CUDAWarning):
+            self.caught.append(str(args.exc_value))
+        else:
+            self._previous(args)
+
+    def __exit__(self, *exc: object) -> None:
+        sys.unraisablehook = self._previous
+
+
+def _fail_on_unraisable(outcome: Any, caught: list[str], phase: str) -> None:
+    if not caught or outcome.exception is not None:
+        return
+    listing = "\n".join(f"  - {text}" for text in caught)
+    outcome.force_exception(
+        pytest.fail.Exception(
+            f"CUDAWarning raised where nothing could catch it (garbage collection, a CUDA callback or "
+            f"cuguard's release thread) during the test's {phase}:\n{listing}",
+            pytrace=False,
+        )
+    )
+
+
+_WATCH_KEY = pytest.StashKey[_UnraisableCUDAWarnings]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    # Installed before the test's fixtures: a fixture or test that installs its own
+    # sys.unraisablehook on top sees (and owns) what reaches it.
+    watch = _UnraisableCUDAWarnings().__enter__()
+    item.stash[_WATCH_KEY] = watch
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    outcome: Any = yield
+    watch = item.stash.get(_WATCH_KEY, None)
+    if watch is None:
+        return
+    gc.collect()
+    flush_deferred()
+    caught, watch.caught = watch.caught, []
+    _fail_on_unraisable(outcome, caught, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    outcome: Any = yield
+    watch = item.stash.get(_WATCH_KEY, None)
+    if watch is None:
+        return
+    gc.collect()
+    flush_deferred()
+    watch.__exit__()
+    del item.stash[_WATCH_KEY]
+    _fail_on_unraisable(outcome, watch.caught, "teardown")
 
 
 @pytest.hookimpl(hookwrapper=True)

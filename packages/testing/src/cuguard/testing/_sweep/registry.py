@@ -106,6 +106,16 @@ class Env:
         return dev
 
 
+class _Foreign:
+    """A stream of another library: only ``__cuda_stream__``."""
+
+    def __init__(self, stream: Any) -> None:
+        self._address = int(stream.handle)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self._address)
+
+
 def _ns(**kw: Any) -> SimpleNamespace:
     return SimpleNamespace(**kw)
 
@@ -423,6 +433,12 @@ def _build() -> list[Scenario]:
         R + "Stream.wrap",
         with_stream,
         lambda e, s: e.resources.Stream.wrap(s.stream, s.dev.context),
+        probe=_stream_probe,
+    )
+    add(
+        R + "as_stream",
+        with_stream,
+        lambda e, s: e.resources.as_stream(_Foreign(s.stream)),
         probe=_stream_probe,
     )
     add(R + "Stream.flags", with_stream, lambda e, s: s.stream.flags, probe=_stream_probe)
@@ -746,6 +762,7 @@ NO_DRIVER_CALL: dict[str, str] = {
             "enter_driver_callback",
             "exit_driver_callback",
             "in_driver_callback",
+            "wrong_kind",
         )
     },
     "errors.Unique()": "ownership base class (no copies, no pickles): no driver call",
