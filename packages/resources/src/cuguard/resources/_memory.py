@@ -6,7 +6,7 @@ import ctypes
 import weakref
 from typing import Any
 
-from cuguard.context import Context, call_in, cleanup_in
+from cuguard.context import Context, call_in
 from cuguard.errors import driver, raise_status
 from cuguard.resources._base import Resource
 from cuguard.resources._stream import Stream, as_stream

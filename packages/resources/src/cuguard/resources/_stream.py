@@ -12,12 +12,12 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import (
     call_unraisable,
-    wrong_kind,
     driver,
     enter_driver_callback,
     exit_driver_callback,
     raise_status,
     report,
+    wrong_kind,
 )
 from cuguard.resources._base import Resource
 
