@@ -96,7 +96,7 @@ class Context(Unique):
     _why: str
     _driver: Any  # the driver_token() the context was made under
 
-    def __init__(self) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(
             Context, "Context.primary(), Context.create(), Context.wrap(), Context.current() or Device.context"
         )
@@ -328,10 +328,12 @@ class Context(Unique):
         Raises ``ResourceClosedError`` for a context of a driver that is no
         longer installed (O3); nothing reaches any driver then.
         """
-        if self._released or self._kind == "primary":
+        if self._released:
             return
         if self._driver is not driver_token():
             raise self._refusal()
+        if self._kind == "primary":
+            return
         if self._kind == "foreign":
             self._released = self._closed = True
             self._why = "closed"

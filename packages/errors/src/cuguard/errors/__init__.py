@@ -4,7 +4,8 @@ Public surface:
 
 - exceptions: :class:`CUDAError` (``code``, ``name``, ``description``, ``call``,
   ``is_sticky``), :class:`CUDADriverNotFoundError`, :class:`NVRTCError`,
-  :class:`NVJitLinkError`, :class:`NVVMError`, :class:`ResourceClosedError`;
+  :class:`NVJitLinkError`, :class:`NVVMError`, :class:`ResourceClosedError`,
+  :class:`LibraryNotFoundError`;
 - the warning :class:`CUDAWarning` (a ``RuntimeWarning``);
 - status tables: :func:`error_name`, :func:`error_description`, :func:`is_sticky`;
 - helpers used by every layer: :func:`check`, :func:`raise_status`,
@@ -24,6 +25,7 @@ from __future__ import annotations
 from cuguard.errors._exceptions import CUDADriverNotFoundError as CUDADriverNotFoundError
 from cuguard.errors._exceptions import CUDAError as CUDAError
 from cuguard.errors._exceptions import CUDAWarning as CUDAWarning
+from cuguard.errors._exceptions import LibraryNotFoundError as LibraryNotFoundError
 from cuguard.errors._exceptions import NVJitLinkError as NVJitLinkError
 from cuguard.errors._exceptions import NVRTCError as NVRTCError
 from cuguard.errors._exceptions import NVVMError as NVVMError
@@ -64,6 +66,7 @@ __all__ = [
     "CUDAError",
     "CUDAWarning",
     "DriverSeam",
+    "LibraryNotFoundError",
     "NVJitLinkError",
     "NVRTCError",
     "NVVMError",

@@ -10,6 +10,7 @@ Exception tree::
           +-- NVVMError                  libNVVM failed; carries the log
     RuntimeError
      +-- ResourceClosedError        a closed resource was used
+     +-- LibraryNotFoundError       a CUDA library (NVRTC, nvJitLink) is not installed
     RuntimeWarning
      +-- CUDAWarning                a failure where nothing could be raised
 
@@ -26,6 +27,7 @@ __all__ = [
     "CUDAError",
     "CUDADriverNotFoundError",
     "CUDAWarning",
+    "LibraryNotFoundError",
     "NVJitLinkError",
     "NVRTCError",
     "NVVMError",
@@ -190,6 +192,33 @@ class ResourceClosedError(RuntimeError):
     The message names the resource. Nothing reached the driver: cuguard checks
     before any call, so a released handle is never passed to CUDA.
     """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+class LibraryNotFoundError(RuntimeError):
+    """A CUDA library cuguard needs for an operation (NVRTC, nvJitLink) could not be loaded.
+
+    Raised before any call of that library was made, so it carries no library
+    status: ``library`` names the library (``"NVRTC"``), ``package`` the pip
+    package that provides it (``"nvidia-cuda-nvrtc"``) and ``reason`` what the
+    loader said. Nothing was created. Not a :class:`CUDAError`: no CUDA call
+    failed.
+    """
+
+    library: str
+    package: str
+    reason: str
+
+    def __init__(self, library: str, package: str, reason: str) -> None:
+        self.library = library
+        self.package = package
+        self.reason = reason
+        super().__init__(
+            f"the {library} library could not be loaded ({reason}); install the CUDA toolkit or the "
+            f"{package!r} package (pip install {package} for CUDA 13, {package}-cu12 for CUDA 12)"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))

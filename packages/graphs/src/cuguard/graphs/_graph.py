@@ -31,9 +31,10 @@ from cuguard.errors import (
     refuse_construction,
     report,
     report_error,
+    wrong_kind,
 )
 from cuguard.graphs import _compat, _lifetime
-from cuguard.resources import Buffer, Device, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, pack_args
+from cuguard.resources import Buffer, Device, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, as_stream, pack_args
 
 __all__ = ["Graph", "GraphDefinition", "GraphUpdateError", "Node"]
 
@@ -126,7 +127,7 @@ class Node(Unique):
     _state: int
     _info: dict[str, Any]
 
-    def __init__(self) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(Node, "the builders of GraphDefinition and Node (g.empty(), g.launch(...), ...)")
 
     @classmethod
@@ -566,6 +567,19 @@ class _ArgumentBlock:
         self.cells = cells
 
 
+def _check_owners(what: object, owners: dict[int, object], action: str) -> None:
+    """Refuse (O4) a definition whose nodes use an object whose context refuses use (destroyed, or stale)."""
+    for owner in owners.values():
+        context = getattr(owner, "_context", None)
+        if context is None:
+            module = getattr(owner, "module", None)
+            context = getattr(module, "_context", None)
+        if isinstance(context, Context) and context._closed:
+            raise ResourceClosedError(
+                f"{what!r} cannot be {action}: a node uses {owner!r}, whose context {context!r} refuses use"
+            )
+
+
 def _context_of(device: Device | Context | None) -> Context | None:
     if device is None or isinstance(device, Context):
         return device
@@ -648,6 +662,8 @@ class GraphDefinition(Unique):
 
     def __init__(self, device: Device | Context | None = None) -> None:
         context = _context_of(device)
+        if context is not None and context._closed:
+            raise context._refusal()
         self._closed = True  # until fully built: __del__ must not release anything
         init_driver()
         err, handle = driver.cuGraphCreate(0)
@@ -1399,6 +1415,7 @@ class GraphDefinition(Unique):
         definition may be closed or changed afterwards.
         """
         self._check_open()
+        _check_owners(self, self._owners, "instantiated")
         kinds, edges, _ = self._signature()
         # The executable graph inherits the payload's user object: it keeps what later
         # updates bring alive too (see Graph.update), so a definition without owners gets one now.
@@ -1542,7 +1559,7 @@ class Graph(Unique):
     _owners: dict[int, object]
     _signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]]
 
-    def __init__(self) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(Graph, "GraphDefinition.instantiate()")
 
     @classmethod
@@ -1579,6 +1596,9 @@ class Graph(Unique):
             raise ResourceClosedError(f"{self!r} is closed")
         if self._driver is not driver_token():
             raise ResourceClosedError(_UNINSTALLED.format(self))
+        context = self._context
+        if context is not None and context._closed:
+            raise ResourceClosedError(f"{self!r} cannot be used: its context {context!r} was closed")
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
@@ -1587,9 +1607,10 @@ class Graph(Unique):
     def launch(self, stream: Stream) -> None:
         """Queue one run of the graph on ``stream``; raises :class:`~cuguard.errors.CUDAError` if refused."""
         self._check_open()
-        if not isinstance(stream, Stream):
-            raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
-        (err,) = driver.cuGraphLaunch(self._handle, stream.handle)
+        if type(stream) is not Stream:
+            stream = as_stream(stream)
+        hstream = stream.handle  # checked before the driver is looked up (O3)
+        (err,) = driver.cuGraphLaunch(self._handle, hstream)
         if err:
             raise_status(err, "cuGraphLaunch")
 
@@ -1601,9 +1622,10 @@ class Graph(Unique):
         then.
         """
         self._check_open()
-        if not isinstance(stream, Stream):
-            raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
-        (err,) = driver.cuGraphUpload(self._handle, stream.handle)
+        if type(stream) is not Stream:
+            stream = as_stream(stream)
+        hstream = stream.handle
+        (err,) = driver.cuGraphUpload(self._handle, hstream)
         if err:
             raise_status(err, "cuGraphUpload")
 
@@ -1623,8 +1645,9 @@ class Graph(Unique):
         """
         self._check_open()
         if not isinstance(definition, GraphDefinition):
-            raise TypeError(f"definition must be a GraphDefinition, not {type(definition).__name__}")
+            raise wrong_kind("definition", "a GraphDefinition", definition)
         definition._check_open()
+        _check_owners(definition, definition._owners, "used for an update")
         kinds, edges, nodes = definition._signature()
         _explain_mismatch(self._signature, (kinds, edges), nodes)
         for key, owner in list(definition._owners.items()):
@@ -1655,6 +1678,11 @@ class Graph(Unique):
         if self._driver is not driver_token():
             raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         self._closed = True
+        context = self._context
+        if context is not None and context._closed:
+            raise ResourceClosedError(
+                f"{self!r} cannot be released: its context {context!r} was closed first; it was leaked"
+            )
         (err,) = driver.cuGraphExecDestroy(self._handle)
         if err:
             raise CUDAError(err, "cuGraphExecDestroy", f"executable graph {format_handle(self._int)} was leaked")
@@ -1686,6 +1714,14 @@ class Graph(Unique):
         if self._closed or self._driver is not driver_token():
             return
         self._closed = True
+        context = self._context
+        if context is not None and context._closed:
+            report_error(
+                ResourceClosedError(f"its context {context!r} was closed before it"),
+                self._handle,
+                "the executable graph was leaked",
+            )
+            return
         try:
             (err,) = driver.cuGraphExecDestroy(self._handle)
         except CUDAError as exc:

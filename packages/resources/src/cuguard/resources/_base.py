@@ -55,7 +55,7 @@ class Resource(Unique):
     _closed: bool
     _owned: bool
 
-    def __init__(self) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(type(self), self._factory)
 
     def _init(self, handle: Any, context: Context, owned: bool = True) -> None:

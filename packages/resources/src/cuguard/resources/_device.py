@@ -184,9 +184,10 @@ class Device:
         that is no longer installed.
         """
         context = self._context
-        if context is None:
+        if context is None or context._closed:
             self._check_driver()
-            context = self._context = Context.primary(self._ordinal)
+            if context is None:
+                context = self._context = Context.primary(self._ordinal)
         return context
 
     def set_current(self) -> Context | None:

@@ -202,10 +202,12 @@ class Buffer(Resource):
         if isinstance(src, Buffer):
             _check_size(src._size, self._size)
             if hstream is None:
-                (err,) = call_in(self._context, driver.cuMemcpyDtoD, None, dst, src.handle, self._size)
+                hsrc = src.handle
+                (err,) = call_in(self._context, driver.cuMemcpyDtoD, None, dst, hsrc, self._size)
                 call = "cuMemcpyDtoD"
             else:
-                (err,) = driver.cuMemcpyDtoDAsync(dst, src.handle, self._size, hstream)
+                hsrc = src.handle
+                (err,) = driver.cuMemcpyDtoDAsync(dst, hsrc, self._size, hstream)
                 call = "cuMemcpyDtoDAsync"
         else:
             host = src.address if isinstance(src, PinnedBuffer) else _host_view(src)

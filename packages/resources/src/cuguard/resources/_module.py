@@ -10,6 +10,7 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import (
     CUDAError,
+    LibraryNotFoundError,
     NVJitLinkError,
     NVRTCError,
     Unique,
@@ -58,18 +59,19 @@ class Program:
     def compile(self, target: str = "ptx") -> bytes:
         """Compile to ``"ptx"`` or ``"cubin"`` and return the image bytes.
 
-        Raises ``ValueError`` for another target, and
-        :class:`~cuguard.errors.NVRTCError` (with the compiler's log) when NVRTC
-        cannot be loaded or compilation fails; the NVRTC program is destroyed
-        either way.
+        Raises ``ValueError`` for another target,
+        :class:`~cuguard.errors.LibraryNotFoundError` (naming the package to
+        install) when NVRTC cannot be loaded, and
+        :class:`~cuguard.errors.NVRTCError` (with the compiler's log) when
+        compilation fails; the NVRTC program is destroyed either way.
         """
         if target not in ("ptx", "cubin"):
             raise ValueError(f"target must be 'ptx' or 'cubin', not {target!r}")
         nvrtc = _nvrtc()
         try:
             err, prog = nvrtc.nvrtcCreateProgram(self.source.encode(), self.name.encode(), 0, [], [])
-        except RuntimeError as exc:
-            raise NVRTCError(2, "nvrtcCreateProgram", log=str(exc)) from None
+        except RuntimeError as exc:  # the library itself could not be loaded: no NVRTC call was made
+            raise LibraryNotFoundError("NVRTC", "nvidia-cuda-nvrtc", str(exc).strip()) from None
         if err:
             raise NVRTCError(int(err), "nvrtcCreateProgram")
         try:
@@ -117,7 +119,9 @@ def link(images: Sequence[bytes], arch: str, options: Sequence[str] = ()) -> byt
     """Link PTX or cubin ``images`` with nvJitLink into one cubin for ``arch`` (e.g. ``"sm_90"``).
 
     Raises :class:`~cuguard.errors.NVJitLinkError` with the linker's error log
-    on failure; the linker handle is always destroyed.
+    on failure (the linker handle is always destroyed), and
+    :class:`~cuguard.errors.LibraryNotFoundError` (naming the package to
+    install) when nvJitLink cannot be loaded.
     """
     try:
         from cuda.bindings import nvjitlink
@@ -128,8 +132,8 @@ def link(images: Sequence[bytes], arch: str, options: Sequence[str] = ()) -> byt
         handle = nvjitlink.create(len(opts), opts)
     except nvjitlink.nvJitLinkError as exc:
         raise NVJitLinkError(int(getattr(exc, "status", 6)), "nvJitLinkCreate", log=str(exc)) from None
-    except RuntimeError as exc:
-        raise NVJitLinkError(6, "nvJitLinkCreate", log=str(exc)) from None
+    except RuntimeError as exc:  # the library itself could not be loaded: no nvJitLink call was made
+        raise LibraryNotFoundError("nvJitLink", "nvidia-nvjitlink", str(exc).strip()) from None
     try:
         for index, image in enumerate(images):
             kind = (
@@ -247,7 +251,8 @@ class Module(Resource):
         """
         if not isinstance(name, str):
             raise TypeError(f"a kernel name must be a str, not {type(name).__name__}")
-        err, function = driver.cuModuleGetFunction(self.handle, name.encode())
+        handle = self.handle  # checked before the driver is looked up (O3)
+        err, function = driver.cuModuleGetFunction(handle, name.encode())
         if err:
             raise CUDAError(err, "cuModuleGetFunction", f"kernel {name!r} not found in {self!r}")
         return Kernel._make(function, name, self)
@@ -261,22 +266,30 @@ class Kernel(Unique):
     closed module is refused by :func:`launch` with ``ResourceClosedError``.
     """
 
-    __slots__ = ("handle", "module", "name")
+    __slots__ = ("_handle", "module", "name")
 
-    handle: Any
+    _handle: Any
     name: str
     module: Module
 
-    def __init__(self) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(Kernel, "Module.get_kernel()")
 
     @classmethod
     def _make(cls, handle: Any, name: str, module: Module) -> Kernel:
         self = object.__new__(cls)
-        self.handle = handle
+        self._handle = handle
         self.name = name
         self.module = module
         return self
+
+    @property
+    def handle(self) -> Any:
+        """The ``CUfunction``; raises :class:`~cuguard.errors.ResourceClosedError` once its module refuses use."""
+        module = self.module
+        if module._closed or module._context._closed:
+            module._check_open()
+        return self._handle
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name!r}>"
@@ -398,6 +411,6 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         stream._check_open()
     gx, gy, gz, bx, by, bz, shared = config._launch_dims
     params = pack_args(args) if args else 0
-    (err,) = driver.cuLaunchKernel(kernel.handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
+    (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
     if err:
         raise_status(err, "cuLaunchKernel")

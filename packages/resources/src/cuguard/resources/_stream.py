@@ -151,7 +151,8 @@ class Stream(Resource):
 
         Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError` if the driver refuses.
         """
-        err, flags = driver.cuStreamGetFlags(self.handle)
+        handle = self.handle  # checked before the driver is looked up (O3)
+        err, flags = driver.cuStreamGetFlags(handle)
         if err:
             raise_status(err, "cuStreamGetFlags")
         return int(flags)
@@ -162,7 +163,8 @@ class Stream(Resource):
 
         Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError` if the driver refuses.
         """
-        err, priority = driver.cuStreamGetPriority(self.handle)
+        handle = self.handle
+        err, priority = driver.cuStreamGetPriority(handle)
         if err:
             raise_status(err, "cuStreamGetPriority")
         return int(priority)
@@ -172,13 +174,15 @@ class Stream(Resource):
 
         A kernel fault surfaces here as a sticky :class:`~cuguard.errors.CUDAError`.
         """
-        (err,) = driver.cuStreamSynchronize(self.handle)
+        handle = self.handle
+        (err,) = driver.cuStreamSynchronize(handle)
         if err:
             raise_status(err, "cuStreamSynchronize")
 
     def query(self) -> bool:
         """Whether all queued work has finished (never blocks)."""
-        (err,) = driver.cuStreamQuery(self.handle)
+        handle = self.handle
+        (err,) = driver.cuStreamQuery(handle)
         if not err:
             return True
         if int(err) == 600:  # CUDA_ERROR_NOT_READY
@@ -194,7 +198,8 @@ class Stream(Resource):
         released again, also on failure). Anything else raises ``TypeError``.
         """
         if isinstance(other, Event):
-            (err,) = driver.cuStreamWaitEvent(self.handle, other.handle, 0)
+            handle, hevent = self.handle, other.handle
+            (err,) = driver.cuStreamWaitEvent(handle, hevent, 0)
             if err:
                 raise_status(err, "cuStreamWaitEvent")
             return
@@ -206,7 +211,8 @@ class Stream(Resource):
         other._check_open()
         with Event._create(other._context, other._device, timing=False) as event:
             event.record(other)
-            (err,) = driver.cuStreamWaitEvent(self.handle, event._handle, 0)
+            handle = self.handle
+            (err,) = driver.cuStreamWaitEvent(handle, event._handle, 0)
             if err:
                 raise_status(err, "cuStreamWaitEvent")
 
@@ -345,7 +351,8 @@ class Event(Resource):
         Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError`
         if the driver refuses; a kernel fault surfaces here as a sticky ``CUDAError``.
         """
-        (err,) = driver.cuEventSynchronize(self.handle)
+        handle = self.handle
+        (err,) = driver.cuEventSynchronize(handle)
         if err:
             raise_status(err, "cuEventSynchronize")
 
@@ -367,7 +374,8 @@ class Event(Resource):
         :class:`~cuguard.errors.CUDAError`) for unrecorded or non-timing events.
         """
         start = _event_arg(start, "start")
-        err, ms = driver.cuEventElapsedTime(start.handle, self.handle)
+        hstart, hend = start.handle, self.handle
+        err, ms = driver.cuEventElapsedTime(hstart, hend)
         if err:
             raise_status(err, "cuEventElapsedTime")
         return float(ms)
