@@ -365,6 +365,42 @@ def host_func_runs_on_another_thread(d: Any) -> Obs:
 
 
 @scenario
+def driver_calls_inside_a_host_function_are_refused(d: Any) -> Obs:
+    # Why cuguard hands releases that become due in a host function to its own thread (O5).
+    seen: list[str] = []
+
+    def inside(_p: Any) -> None:
+        seen.append(name(d.cuCtxGetCurrent()[0]))
+        seen.append(name(d.cuStreamQuery(B.CUstream(0))[0]))
+        seen.append(name(d.cuGetErrorName(R.CUDA_ERROR_INVALID_VALUE)[0]))
+
+    thunk = _HOSTFN(inside)
+    address = ctypes.cast(thunk, ctypes.c_void_p).value
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        status = name(d.cuLaunchHostFunc(s, B.CUhostFn(address), 0)[0])
+        d.cuStreamSynchronize(s)
+        d.cuStreamDestroy(s)
+    return [status, seen]
+
+
+@scenario
+def released_primary_context_left_current(d: Any) -> Obs:
+    # Why cuguard holds each primary context for good (O2): the last release while it is current
+    # leaves the thread with a destroyed context that every library then fails in.
+    dev = ok(d.cuDeviceGet(0))
+    ctx = ok(d.cuDevicePrimaryCtxRetain(dev))
+    ok(d.cuCtxSetCurrent(ctx))
+    release = name(d.cuDevicePrimaryCtxRelease(dev)[0])
+    current_same = int(ok(d.cuCtxGetCurrent())) == int(ctx)
+    alloc = d.cuMemAlloc(256)
+    if not int(alloc[0]):
+        d.cuMemFree(alloc[1])
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    return [release, current_same, name(alloc[0])]
+
+
+@scenario
 def user_object_destructor_timing(d: Any) -> Obs:
     calls: list[str] = []
     thunk = _HOSTFN(lambda _p: calls.append("destroyed"))
