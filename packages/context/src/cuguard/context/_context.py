@@ -360,9 +360,11 @@ class Context(Unique):
         """Whether the driver this context was made under is no longer installed."""
         return self._driver is not driver_token()
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
+        # module may be cleared while this object is still alive (S1).
         try:
-            if self._released or self._kind != "created" or sys.is_finalizing():
+            if self._released or self._kind != "created" or _finalizing():
                 return
         except AttributeError:  # construction never finished
             return
@@ -463,17 +465,19 @@ _gc_running = False
 _after_gc: list[Context] = []
 
 
-def _gc_phase(phase: str, info: dict[str, int]) -> None:
+def _gc_phase(phase: str, info: dict[str, int], _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
     """A context collected during a collection is destroyed when the collection ends (O6).
 
     Its resources collected in the same pass have then been released first.
     """
     global _gc_running
+    if _finalizing():  # module globals may be cleared by now (S1)
+        return
     if phase == "start":
         _gc_running = True
         return
     _gc_running = False
-    if not _after_gc or sys.is_finalizing():
+    if not _after_gc:
         return
     pending = _after_gc[:]
     del _after_gc[:]

@@ -1471,8 +1471,10 @@ class GraphDefinition(Unique):
         else:
             self._discard(exc)
 
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True) or sys.is_finalizing():
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
+        # module may be cleared while this object is still alive (S1).
+        if getattr(self, "_closed", True) or _finalizing():
             return
         if self._driver is not driver_token():
             return  # its driver was uninstalled: nothing of it is released here or said (O3)
@@ -1699,8 +1701,10 @@ class Graph(Unique):
         except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
             add_failure_note(exc, failure)
 
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True) or sys.is_finalizing():
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
+        # module may be cleared while this object is still alive (S1).
+        if getattr(self, "_closed", True) or _finalizing():
             return
         if self._driver is not driver_token():
             return  # its driver was uninstalled: nothing of it is released here or said (O3)

@@ -186,13 +186,15 @@ class Resource(Unique):
         except Exception as failure:  # noqa: BLE001 - attached to the propagating exception
             add_failure_note(exc, failure, handle=self._handle)
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
+        # module may be cleared while this object is still alive (S1).
         try:
             if self._closed:
                 return
         except AttributeError:  # construction never finished: nothing to release
             return
-        if sys.is_finalizing():
+        if _finalizing():
             return
         context = self._context
         if not self._owned or (context._closed and not context._released):
