@@ -13,6 +13,7 @@ from cuguard.errors import (
     CUDAError,
     active_driver,
     driver,
+    driver_token,
     install_driver,
     use_driver,
 )
@@ -208,3 +209,28 @@ def test_driver_not_found_is_a_cuda_error_that_pickles() -> None:
     assert isinstance(error, CUDAError)
     assert str(error) == "no CUDA driver was found: libcuda.so.1 could not be loaded"
     assert str(pickle.loads(pickle.dumps(error))) == str(error)
+
+
+class _Wrapper:
+    """A proxy in front of another driver, as cuguard.testing's fault proxy is."""
+
+    def __init__(self, inner: object) -> None:
+        self.wrapped_driver = inner
+
+
+@pytest.mark.contract("O3")
+def test_the_real_driver_has_one_token_however_it_is_reached() -> None:
+    # Found on the H200: a fault proxy over the real driver gave it a token of its own, so every
+    # object made before record_calls()/inject() was refused as belonging to an uninstalled driver.
+    from cuda.bindings import driver as real_module
+
+    plain = driver_token()
+    with use_driver(_Wrapper(real_module)):
+        assert driver_token() is plain
+    with use_driver(real_module):
+        assert driver_token() is plain
+    with use_driver(_Wrapper(_Wrapper(real_module))):
+        assert driver_token() is plain
+    other = _Wrapper(None)
+    with use_driver(other):
+        assert driver_token() is other

@@ -32,6 +32,7 @@ from cuguard.errors import (
     refuse_construction,
     report,
     report_error,
+    wrong_kind,
 )
 
 __all__ = ["Context", "call_in", "cleanup_in", "init_driver"]
@@ -553,9 +554,12 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
       act in the wrong context): what ``op`` created is leaked and a note says so;
     - nothing is retried.
 
-    Raises ``ResourceClosedError`` for a closed ``context`` before any driver
+    Raises ``TypeError`` when ``context`` is not a :class:`Context`,
+    ``ResourceClosedError`` for a closed ``context`` before any driver
     call, and ``CUDAError`` when the switch in fails (nothing ran then).
     """
+    if type(context) is not Context:
+        raise wrong_kind("context", "a Context", context)
     if context._closed:
         raise context._refusal()
     err, previous = driver.cuCtxGetCurrent()
@@ -612,6 +616,8 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any, resource: tup
     leaked = (
         "nothing was released" if resource is None else f"the {resource[0]} {format_handle(resource[1])} was leaked"
     )
+    if type(context) is not Context:
+        raise wrong_kind("context", "a Context", context)
     if context._closed:
         report_error(context._refusal(), context._int, leaked)
         return None

@@ -18,6 +18,7 @@ thread is making CUDA calls.
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -130,7 +131,7 @@ def install_driver(new: Any) -> Any:
         base = new
         while base is not None and getattr(base, "wrapped_driver", None) is not None:
             base = base.wrapped_driver
-        _token = _REAL_TOKEN if base is None else base
+        _token = _REAL_TOKEN if base is None or _is_real_module(base) else base
         driver.__dict__.clear()
         changed = _token is not old_token
         listeners = list(_listeners) if changed else []
@@ -139,12 +140,21 @@ def install_driver(new: Any) -> Any:
     return previous
 
 
+def _is_real_module(candidate: Any) -> bool:
+    """Whether ``candidate`` is the real ``cuda.bindings.driver`` (installed directly or under a wrapper)."""
+    return candidate is _real or (
+        isinstance(candidate, types.ModuleType) and candidate.__name__ == "cuda.bindings.driver"
+    )
+
+
 def driver_token() -> Any:
     """Identifies the driver behind the seam, looking through wrappers.
 
     A wrapper (such as a fault-injecting proxy) names the driver it wraps in a
     ``wrapped_driver`` attribute, so installing or removing it keeps the
-    token. Objects record the token at creation: one whose token is no longer
+    token; so does installing the real ``cuda.bindings.driver`` itself, or a
+    wrapper over it: the real driver has one token whichever way calls reach
+    it. Objects record the token at creation: one whose token is no longer
     current belongs to a driver that was uninstalled (a simulator of an earlier
     test), and must not be released into the driver now installed. Never raises.
     """
