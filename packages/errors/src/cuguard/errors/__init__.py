@@ -12,8 +12,8 @@ Public surface:
   :func:`add_failure_note`, :func:`report`, :func:`report_error`,
   :func:`call_unraisable`, :func:`internal_error`, :func:`format_handle`;
 - the driver seam: :data:`driver`, :func:`use_driver`, :func:`driver_token`, :func:`install_driver`,
-  :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`, and what the layers keep per
-  driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
+  :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`,
+  and what the layers keep per driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
 - ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
   release thread: :func:`defer`, :func:`flush_deferred`, :func:`enter_driver_callback`,
   :func:`exit_driver_callback`, :func:`in_driver_callback`; :func:`wrong_kind`, the message of
@@ -54,6 +54,7 @@ from cuguard.errors._seam import driver_state as driver_state
 from cuguard.errors._seam import driver_token as driver_token
 from cuguard.errors._seam import forget_driver as forget_driver
 from cuguard.errors._seam import install_driver as install_driver
+from cuguard.errors._seam import installed_driver as installed_driver
 from cuguard.errors._seam import on_driver_change as on_driver_change
 from cuguard.errors._seam import real_driver as real_driver
 from cuguard.errors._seam import use_driver as use_driver
@@ -89,6 +90,7 @@ __all__ = [
     "format_handle",
     "in_driver_callback",
     "install_driver",
+    "installed_driver",
     "internal_error",
     "is_sticky",
     "on_driver_change",

@@ -34,6 +34,7 @@ __all__ = [
     "driver_token",
     "forget_driver",
     "install_driver",
+    "installed_driver",
     "on_driver_change",
     "real_driver",
     "use_driver",
@@ -114,6 +115,11 @@ def active_driver() -> Any:
     when there is none (see :func:`real_driver`).
     """
     return _active if _active is not None else real_driver()
+
+
+def installed_driver() -> Any:
+    """The driver object installed with :func:`install_driver`, or ``None`` for the real one. Never raises."""
+    return _active
 
 
 def install_driver(new: Any) -> Any:

@@ -38,6 +38,7 @@ from cuguard.testing._sim import SimulatedDriver, nothing_left_behind, simulated
 __all__ = ["Faults"]
 
 _RESULTS_KEY = pytest.StashKey[dict[tuple[str, str], dict[str, int]]]()
+_PHASES_KEY = pytest.StashKey[list[str]]()
 _REAL_STATE: dict[str, Any] = {}
 
 
@@ -62,7 +63,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contract(*ids): the contract clauses (E1..B5) this test proves")
     config.addinivalue_line("markers", "leak_check: fail the test if it leaves CUDA driver objects behind")
     config.addinivalue_line("markers", "real_only: the test needs the real driver (skipped on the simulator)")
-    config.addinivalue_line("filterwarnings", "error::cuguard.errors.CUDAWarning")
+    # B3: CUDAWarning fails tests by default. A project whose own filterwarnings
+    # (ini or -W) say something about CUDAWarning decides for itself.
+    own = [str(line) for line in (config.getini("filterwarnings") or [])]
+    own += [str(line) for line in (config.known_args_namespace.pythonwarnings or [])]
+    if not any("CUDAWarning" in line for line in own):
+        config.addinivalue_line("filterwarnings", "error::cuguard.errors.CUDAWarning")
     config.stash[_RESULTS_KEY] = {}
 
 
@@ -264,13 +270,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     marker = item.get_closest_marker("contract")
     if marker is None:
         return
-    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+    # A test counts for its clauses once its teardown is over: passed only if set-up, call and
+    # teardown all passed (an error at teardown, the plugin's own leak check included, is a failure).
+    phases = item.stash.setdefault(_PHASES_KEY, [])
+    phases.append(report.outcome)
+    if report.when != "teardown":
         return
-    driver_kind = _driver_name(item.config) if "cuguard_driver" in getattr(item, "fixturenames", ()) else "sim"
+    if "failed" in phases:
+        final = "failed"
+    elif "skipped" in phases:
+        final = "skipped"
+    else:
+        final = "passed"
+    names = getattr(item, "fixturenames", ())
+    real = "cuguard_driver" in names and "sim" not in names
+    driver_kind = _driver_name(item.config) if real else "sim"
     results = item.config.stash[_RESULTS_KEY]
     for clause in marker.args:
         counts = results.setdefault((str(clause), driver_kind), {"passed": 0, "failed": 0, "skipped": 0})
-        counts[report.outcome] = counts.get(report.outcome, 0) + 1
+        counts[final] = counts.get(final, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
