@@ -331,6 +331,56 @@ def graph_with_memory_nodes_is_frozen(d: Any) -> Obs:
     return out
 
 
+def _alloc_params(size: int) -> Any:
+    params = B.CUDA_MEM_ALLOC_NODE_PARAMS()
+    params.poolProps.allocType = B.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    params.poolProps.location.type = B.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    params.poolProps.location.id = 0
+    params.bytesize = size
+    return params
+
+
+@scenario
+def child_graph_with_memory_nodes(d: Any) -> Obs:
+    # May a graph holding memory nodes be embedded as a child graph?
+    with Ctx(d):
+        child = ok(d.cuGraphCreate(0))
+        params = _alloc_params(256)
+        alloc = ok(d.cuGraphAddMemAllocNode(child, None, 0, params))
+        ok(d.cuGraphAddMemFreeNode(child, [alloc], 1, params.dptr))
+        parent = ok(d.cuGraphCreate(0))
+        err = d.cuGraphAddChildGraphNode(parent, None, 0, child)[0]
+        out = [name(err), int(d.cuGraphGetNodes(parent, 0)[-1])]
+        d.cuGraphDestroy(parent)
+        d.cuGraphDestroy(child)
+    return out
+
+
+@scenario
+def update_with_a_changed_child_graph_layout(d: Any) -> Obs:
+    # An executable graph whose child graph gains a node: is the update refused, and how?
+    with Ctx(d):
+        outs: list[Any] = []
+        parents = []
+        for n in (1, 2):
+            child, nodes = _graph_with(d, n)
+            if n == 2:
+                d.cuGraphAddDependencies(child, [nodes[0]], [nodes[1]], None, 1)
+            parent = ok(d.cuGraphCreate(0))
+            ok(d.cuGraphAddChildGraphNode(parent, None, 0, child))
+            d.cuGraphDestroy(child)
+            parents.append(parent)
+        exe = ok(d.cuGraphInstantiate(parents[0], 0))
+        result = d.cuGraphExecUpdate(exe, parents[1])
+        outs.append(name(result[0]))
+        info = result[1] if len(result) > 1 else None
+        outs.append(None if info is None else B.CUgraphExecUpdateResult(int(info.result)).name)
+        d.cuGraphExecDestroy(exe)
+        for parent in parents:
+            d.cuGraphDestroy(parent)
+    return outs
+
+
 @scenario
 def graph_exec_outlives_graph(d: Any) -> Obs:
     with Ctx(d):

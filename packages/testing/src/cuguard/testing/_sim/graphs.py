@@ -898,6 +898,17 @@ class SimGraphs(SimCore):
     def _launch_step(self, st: Stream, kind: Any, spec: Any) -> None:
         call = "cuGraphLaunch"
         if kind == T.CU_GRAPH_NODE_TYPE_KERNEL:
+            module = spec.fn.module
+            if module.unloaded or (module.ctx is not None and not module.ctx.alive(module.gen)):
+                # CUDA requires what a graph uses to outlive it; the real driver's behaviour here
+                # is undefined, so this is misuse, never a silent skip.
+                self._note(
+                    self.misuse,
+                    call,
+                    f"kernel node of {spec.fn.name!r} launched after its module {module.handle:#x} was unloaded",
+                    module.handle,
+                )
+                return
             refs = self._arg_refs(spec.args, call, spec.fn.name)
             launch = {
                 "name": spec.fn.name,
@@ -916,10 +927,19 @@ class SimGraphs(SimCore):
             self._enqueue(st, call, None, host=lambda: self._call_host_fn(fn, data))
         elif kind == T.CU_GRAPH_NODE_TYPE_EVENT_RECORD:
             ev: Event = spec
-            if not ev.destroyed and ev.ctx.alive(ev.gen):
-                self._record_event(ev, st, call)
+            if ev.destroyed or not ev.ctx.alive(ev.gen):
+                self._note(
+                    self.misuse, call, f"event record node launched after event {ev.handle:#x} was destroyed", ev.handle
+                )
+                return
+            self._record_event(ev, st, call)
         elif kind == T.CU_GRAPH_NODE_TYPE_WAIT_EVENT:
             ev = spec
+            if ev.destroyed or not ev.ctx.alive(ev.gen):
+                self._note(
+                    self.misuse, call, f"event wait node launched after event {ev.handle:#x} was destroyed", ev.handle
+                )
+                return
             if ev.stream is not None and ev.stream is not st:
                 st.last_task = max(st.last_task, ev.task)
                 for key, seq in ev.after.items():
