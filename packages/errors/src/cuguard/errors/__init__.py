@@ -15,7 +15,7 @@ Public surface:
   :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`,
   and what the layers keep per driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
 - ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
-  release thread: :func:`defer`, :func:`flush_deferred`, :func:`enter_driver_callback`,
+  release thread: :func:`defer`, :func:`flush_deferred`, :func:`deferred_count`, :func:`enter_driver_callback`,
   :func:`exit_driver_callback`, :func:`in_driver_callback`; :func:`wrong_kind`, the message of
   every argument check.
 """
@@ -32,6 +32,7 @@ from cuguard.errors._exceptions import NVVMError as NVVMError
 from cuguard.errors._exceptions import ResourceClosedError as ResourceClosedError
 from cuguard.errors._ownership import Unique as Unique
 from cuguard.errors._ownership import defer as defer
+from cuguard.errors._ownership import deferred_count as deferred_count
 from cuguard.errors._ownership import enter_driver_callback as enter_driver_callback
 from cuguard.errors._ownership import exit_driver_callback as exit_driver_callback
 from cuguard.errors._ownership import flush_deferred as flush_deferred
@@ -78,6 +79,7 @@ __all__ = [
     "call_unraisable",
     "check",
     "defer",
+    "deferred_count",
     "driver",
     "driver_state",
     "driver_token",

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 __all__ = [
     "Unique",
     "defer",
+    "deferred_count",
     "enter_driver_callback",
     "exit_driver_callback",
     "flush_deferred",
@@ -98,6 +99,9 @@ _thread: list[threading.Thread] = []
 _put = _queue.put
 
 
+_carried_out = [0]  # how many deferred releases the thread has carried out
+
+
 def _release_loop() -> None:
     from cuguard.errors._report import call_unraisable
 
@@ -110,6 +114,12 @@ def _release_loop() -> None:
         del item
         call_unraisable(fn, *args, what="deferred release of CUDA resources")
         del fn, args
+        _carried_out[0] += 1
+
+
+def deferred_count() -> int:
+    """How many releases cuguard's release thread has carried out so far (it only grows)."""
+    return _carried_out[0]
 
 
 def _ensure_thread() -> None:

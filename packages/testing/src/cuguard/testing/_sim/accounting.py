@@ -203,6 +203,7 @@ def nothing_left_behind(sim: Any = None) -> Iterator[Any]:
 
 #: How long a leak check waits for cuguard's release thread before it judges.
 SETTLE_TIMEOUT = 10.0
+_SETTLE_ROUNDS = 8
 
 
 def settle(sim: Any = None) -> str:
@@ -217,15 +218,23 @@ def settle(sim: Any = None) -> str:
     """
     import gc
 
-    from cuguard.errors import flush_deferred
+    from cuguard.errors import deferred_count, flush_deferred
 
-    if sim is not None:
-        sim.drain()
-    gc.collect()
-    done = flush_deferred(SETTLE_TIMEOUT)
-    gc.collect()
-    if sim is not None:
-        sim.drain()
+    # Releases come in waves: a collection destroys a graph, whose user-object destructor (on the
+    # driver's thread) hands its payload to the release thread, whose release drops buffers...
+    # Repeat until a round carries out nothing new, at most _SETTLE_ROUNDS rounds.
+    done = True
+    for _ in range(_SETTLE_ROUNDS):
+        before = deferred_count()
+        if sim is not None:
+            sim.drain()
+        collected = gc.collect()
+        done = flush_deferred(SETTLE_TIMEOUT)
+        if sim is not None:
+            sim.drain()
+        done = flush_deferred(SETTLE_TIMEOUT) and done
+        if not done or (deferred_count() == before and not collected):
+            break
     if done:
-        return "after a garbage collection and cuguard's release thread had caught up"
+        return "after garbage collection and cuguard's release thread had caught up"
     return f"after a garbage collection; cuguard's release thread had not caught up within {SETTLE_TIMEOUT:g} s"
