@@ -21,7 +21,7 @@ from conftest import KERNELS_CU, KERNELS_PTX
 from cuda.bindings.driver import CUcontext
 
 from cuguard.context import Context
-from cuguard.errors import CUDAWarning, ResourceClosedError, driver, flush_deferred
+from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError, driver, flush_deferred
 from cuguard.resources import (
     Buffer,
     Device,
@@ -738,15 +738,25 @@ def test_host_function_holding_the_last_reference_to_a_created_context_and_its_m
 def test_host_function_calling_the_driver_is_misuse_on_the_simulator(
     sim: SimulatedDriver, unraisable: list[BaseException | None]
 ) -> None:
-    # The simulator notices what O5 forbids, so the tests above can fail.
+    # The simulator notices what O5 forbids, so the tests above can fail; and cuguard's own seam
+    # refuses such a call before it reaches any driver.
     device = Device(0)
     results: list[Any] = []
+    refused: list[CUDAError] = []
+
+    def through_cuguard() -> None:
+        try:
+            driver.cuCtxGetCurrent()
+        except CUDAError as exc:
+            refused.append(exc)
+
     with device.create_stream() as stream:
-        stream.launch_host_func(lambda: results.append(driver.cuCtxGetCurrent()))
+        stream.launch_host_func(through_cuguard)
         stream.launch_host_func(lambda: results.append(sim.cuMemAlloc(16)))
         stream.sync()
-    assert [int(r[0]) for r in results] == [800, 800]  # CUDA_ERROR_NOT_PERMITTED
-    assert [i.call for i in sim.misuse] == ["cuCtxGetCurrent", "cuMemAlloc"]
+    assert [(e.code, e.call) for e in refused] == [(800, "cuCtxGetCurrent")]  # CUDA_ERROR_NOT_PERMITTED
+    assert [int(r[0]) for r in results] == [800]
+    assert [i.call for i in sim.misuse] == ["cuMemAlloc"]  # only the raw call reached the driver
     assert unraisable == []
     sim.misuse.clear()
 

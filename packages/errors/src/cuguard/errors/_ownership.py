@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from cuguard.errors import _seam
+
 __all__ = [
     "Unique",
     "defer",
@@ -77,13 +79,21 @@ _tls = threading.local()
 
 
 def enter_driver_callback() -> None:
-    """Mark the calling thread as running inside a CUDA host function or destructor."""
+    """Mark the calling thread as running inside a CUDA host function or destructor.
+
+    Until :func:`exit_driver_callback`, releases that become due on this thread
+    are handed to the release thread, and cuguard calls made here raise
+    :class:`~cuguard.errors.CUDAError` (``CUDA_ERROR_NOT_PERMITTED``) before
+    reaching the driver, which forbids them (O5).
+    """
     _tls.depth = getattr(_tls, "depth", 0) + 1
+    _seam.callbacks_started()
 
 
 def exit_driver_callback() -> None:
     """Undo :func:`enter_driver_callback`."""
     _tls.depth = getattr(_tls, "depth", 1) - 1
+    _seam.callbacks_ended()
 
 
 def in_driver_callback() -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cuguard.errors._exceptions import CUDADriverNotFoundError
+from cuguard.errors._exceptions import CUDADriverNotFoundError, CUDAError
 
 __all__ = [
     "RESTORE_CONTEXT",
@@ -98,6 +98,10 @@ class DriverSeam:
             fn = getattr(target, "cuCtxSetCurrent", None)
         if fn is None:
             raise AttributeError(f"the active CUDA driver ({target!r}) has no function {name!r}")
+        if _callbacks_running[0]:
+            # A CUDA callback runs on some thread: nothing is cached, and calls from inside
+            # one are refused before they reach the driver (O5).
+            return _refused_in_callbacks(fn, name)
         self.__dict__[name] = fn
         return fn
 
@@ -106,6 +110,44 @@ class DriverSeam:
 
 
 driver = DriverSeam()
+
+# How many CUDA callbacks (host functions, user-object destructors) run now, on any thread.
+_callbacks_running = [0]
+_callbacks_lock = threading.Lock()
+_NOT_PERMITTED = 800  # CUDA_ERROR_NOT_PERMITTED: what the driver itself answers there
+_CALLBACK_SAFE = frozenset({"cuGetErrorName", "cuGetErrorString"})
+
+
+def _refused_in_callbacks(fn: Any, name: str) -> Any:
+    if name in _CALLBACK_SAFE:
+        return fn
+
+    def guarded(*args: Any) -> Any:
+        from cuguard.errors._ownership import in_driver_callback
+
+        if in_driver_callback():
+            raise CUDAError(
+                _NOT_PERMITTED,
+                name,
+                "not called: CUDA forbids API calls inside host functions and driver callbacks; "
+                "do CUDA work from a Python thread instead",
+            )
+        return fn(*args)
+
+    return guarded
+
+
+def callbacks_started() -> None:
+    """A CUDA callback starts running (see :func:`~cuguard.errors.enter_driver_callback`)."""
+    with _callbacks_lock:
+        _callbacks_running[0] += 1
+        driver.__dict__.clear()
+
+
+def callbacks_ended() -> None:
+    """A CUDA callback stopped running."""
+    with _callbacks_lock:
+        _callbacks_running[0] -= 1
 
 
 def active_driver() -> Any:

@@ -406,12 +406,12 @@ class EdgeView(MutableSet[Node]):
     def _edge(self, other: Node) -> tuple[Node, Node]:
         return (other, self._node) if self._incoming else (self._node, other)
 
-    def _valid(self, items: Iterable[object]) -> list[Node]:
+    def _valid(self, items: Iterable[object], param: str) -> list[Node]:
         graph = self._node._graph
         out: list[Node] = []
         seen: set[int] = set()
-        for item in items:
-            other = graph._own(item)
+        for item in _iterable(items, param):
+            other = graph._own(item, param)
             if other is self._node:
                 raise ValueError(f"a node cannot depend on itself: {other!r}")
             if id(other) not in seen:
@@ -444,21 +444,21 @@ class EdgeView(MutableSet[Node]):
 
     def remove(self, value: Node) -> None:
         """Remove the edge to or from ``value``; ``KeyError`` if there is none."""
-        (other,) = self._valid((value,))
+        (other,) = self._valid((value,), "value")
         if other not in self._current():
             raise KeyError(value)
         self.difference_update((other,))
 
     def update(self, *others: Iterable[Node]) -> None:
         """Add edges to or from every node of ``others`` (all-or-nothing)."""
-        wanted = self._valid(item for it in others for item in it)
+        wanted = self._valid([item for it in others for item in _iterable(it, "others")], "others")
         current = self._current()
         adds = [self._edge(o) for o in sorted(wanted, key=_order) if o not in current]
         self._node._graph._apply_edges([], adds)
 
     def difference_update(self, *others: Iterable[Node]) -> None:
         """Remove the edges to or from every node of ``others`` that has one (all-or-nothing)."""
-        unwanted = self._valid(item for it in others for item in it)
+        unwanted = self._valid([item for it in others for item in _iterable(it, "others")], "others")
         current = self._current()
         removes = [self._edge(o) for o in sorted(unwanted, key=_order) if o in current]
         self._node._graph._apply_edges(removes, [])
@@ -476,7 +476,7 @@ class EdgeView(MutableSet[Node]):
         return current[0]
 
     def _replace(self, nodes: Iterable[object]) -> None:
-        wanted = set(self._valid(nodes))
+        wanted = set(self._valid(nodes, "nodes"))
         current = self._current()
         removes = [self._edge(o) for o in sorted(current - wanted, key=_order)]
         adds = [self._edge(o) for o in sorted(wanted - current, key=_order)]
@@ -491,17 +491,27 @@ class EdgeView(MutableSet[Node]):
         return self
 
     def __iand__(self, other: Iterable[Any]) -> EdgeView:
-        keep = set(self._valid(other))
+        keep = set(self._valid(other, "other"))
         self.difference_update(self._current() - keep)
         return self
 
     def __ixor__(self, other: Iterable[Any]) -> EdgeView:  # type: ignore[misc]
-        toggled = set(self._valid(other))
+        toggled = set(self._valid(other, "other"))
         current = self._current()
         removes = [self._edge(o) for o in sorted(toggled & current, key=_order)]
         adds = [self._edge(o) for o in sorted(toggled - current, key=_order)]
         self._node._graph._apply_edges(removes, adds)
         return self
+
+
+_PLURAL = frozenset({"deps", "nodes", "others", "other", "edges"})
+
+
+def _iterable(value: object, param: str) -> Iterable[object]:
+    """``value`` when it is an iterable of items (not a str or bytes), else the E3 ``TypeError``."""
+    if isinstance(value, str | bytes | Node) or not hasattr(type(value), "__iter__"):
+        raise wrong_kind(param, "an iterable of graph Nodes", value)
+    return value  # type: ignore[return-value]
 
 
 def _order(node: Node) -> int:
@@ -760,10 +770,10 @@ class GraphDefinition(Unique):
         state = " closed" if self._closed else ""
         return f"<GraphDefinition {format_handle(getattr(self, '_int', 0))}{state}>"
 
-    def _own(self, item: object) -> Node:
-        """``item`` as a live node of this definition, or the E3 exception."""
+    def _own(self, item: object, param: str = "node") -> Node:
+        """``item`` as a live node of this definition, or the E3 exception naming ``param``."""
         if not isinstance(item, Node):
-            raise TypeError(f"expected a graph Node, not {type(item).__name__}")
+            raise wrong_kind(param, "graph Nodes" if param in _PLURAL else "a graph Node", item)
         if item._graph is not self:
             raise ValueError(f"{item!r} belongs to another graph definition")
         item._check_live()
@@ -946,10 +956,10 @@ class GraphDefinition(Unique):
     def _pairs(self, edges: Iterable[object]) -> list[tuple[Node, Node]]:
         pairs: list[tuple[Node, Node]] = []
         seen: set[tuple[int, int]] = set()
-        for edge in edges:
+        for edge in _iterable(edges, "edges"):
             if not isinstance(edge, tuple) or len(edge) != 2:
-                raise TypeError(f"an edge is a (from, to) tuple of nodes, not {edge!r}")
-            a, b = self._own(edge[0]), self._own(edge[1])
+                raise TypeError(f"edges must be (from, to) tuples of graph Nodes, not {edge!r}")
+            a, b = self._own(edge[0], "edges"), self._own(edge[1], "edges")
             key = (id(a), id(b))
             if key in seen:
                 raise ValueError(f"the edge {a!r} -> {b!r} is given twice")
@@ -964,8 +974,8 @@ class GraphDefinition(Unique):
 
     def _deps(self, deps: Iterable[object]) -> list[Node]:
         out: list[Node] = []
-        for dep in deps:
-            node = self._own(dep)
+        for dep in _iterable(deps, "deps"):
+            node = self._own(dep, "deps")
             if node in out:
                 raise ValueError(f"{node!r} is given twice as a dependency")
             out.append(node)
@@ -1065,12 +1075,12 @@ class GraphDefinition(Unique):
         if count == 1:
             dep = deps[0]
             if type(dep) is not Node or dep._graph is not self or dep._state != _LIVE:
-                self._own(dep)  # raises the E3 exception that names the problem
+                self._own(dep, "deps")  # raises the E3 exception that names the problem
             handles = [dep._handle]  # type: ignore[attr-defined]
         elif count:
             for dep in deps:
                 if type(dep) is not Node or dep._graph is not self or dep._state != _LIVE:
-                    self._own(dep)
+                    self._own(dep, "deps")
             if len({id(dep) for dep in deps}) != count:
                 self._deps(deps)  # raises: a dependency given twice
             handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
@@ -1382,7 +1392,7 @@ class GraphDefinition(Unique):
         """The node of this clone that copies ``original`` (a node of the definition it was cloned from)."""
         self._check_open()
         if not isinstance(original, Node):
-            raise TypeError(f"expected a graph Node, not {type(original).__name__}")
+            raise wrong_kind("original", "a graph Node", original)
         twin = self._found.get(original._int) if original._graph._int == self._source else None
         if twin is None:
             raise ValueError(f"{original!r} is not a node of the definition {self!r} was cloned from")

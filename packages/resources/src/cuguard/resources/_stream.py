@@ -119,17 +119,22 @@ class Stream(Resource):
 
         ``obj`` has ``__cuda_stream__`` (returning ``(version, handle)``) or is
         a ``CUstream``/int handle; ``context`` is the context it belongs to.
-        Closing the wrapper never destroys the stream. A handle that cannot be
-        read as an int raises ``TypeError``/``ValueError``; asking a wrapped
-        context for its device may raise :class:`~cuguard.errors.CUDAError`.
+        Closing the wrapper never destroys the stream. Anything else raises
+        ``TypeError``, a ``context`` that refuses use ``ResourceClosedError``;
+        asking a wrapped context for its device may raise
+        :class:`~cuguard.errors.CUDAError`.
         """
         from cuguard.context import Context
 
         if not isinstance(context, Context):
             raise wrong_kind("context", "a Context", context)
-        protocol = getattr(obj, "__cuda_stream__", None)
+        if context._closed:
+            raise context._refusal()
+        protocol = getattr(type(obj), "__cuda_stream__", None)
+        if protocol is None and (isinstance(obj, bool) or not isinstance(obj, int | driver_types().CUstream)):
+            raise wrong_kind("obj", "a Stream, an object with __cuda_stream__, a CUstream or an int handle", obj)
         if protocol is not None:
-            _, address = protocol()
+            _, address = obj.__cuda_stream__()
             handle = driver_types().CUstream(int(address))
         else:
             handle = obj if isinstance(obj, driver_types().CUstream) else driver_types().CUstream(int(obj))
