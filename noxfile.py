@@ -22,8 +22,16 @@ Sessions
 - ``build``: builds the sdist and wheel of every package and of the meta-package in
   isolation (dependencies from the index, never from the tree), then
   ``.ci/check_dists.py`` checks the built metadata against the tree.
+- ``sweep``: the failure-point sweep (contract B5), ``scripts/sweep``.
+- ``misuse``: the misuse sweep (contract B6) on the simulated driver: its package
+  test, then ``scripts/misuse`` with a fixed, derandomized budget (about a minute;
+  ``-- --examples 1000 --seed 7`` for a longer seeded run).
+- ``contract``: installs the meta-package ``cuguard`` from the repository root (its
+  dependencies name the runtime layers, resolved to the checkouts installed in the same
+  command) with cuguard-testing, and runs the cross-layer contract suite ``tests/``
+  (one end-to-end test per contract clause, and the misuse sweep with a moderate budget).
 
-Adding a session (``contract``, ``sweep``, ``docs``, ``demo``): write it below the others
+Adding a session (``docs``, ``demo``...): write it below the others
 with ``@nox.session``, reuse ``_install_local`` to install the layers it needs, and add
 its name to ``DEFAULT_SESSIONS`` if ``.ci/run`` must run it.
 
@@ -32,6 +40,7 @@ Arguments after ``--`` go to the session's main tool (pytest, mypy, ruff check).
 
 from __future__ import annotations
 
+import json
 import shutil
 import tomllib
 from dataclasses import dataclass
@@ -49,7 +58,18 @@ ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
 
 # What the default run (`nox`, and so `.ci/run`) runs, in this order.
-DEFAULT_SESSIONS = ["lint", "typecheck", "tests", "demo", "differential", "sweep", "docs", "build"]
+DEFAULT_SESSIONS = [
+    "lint",
+    "typecheck",
+    "tests",
+    "contract",
+    "demo",
+    "differential",
+    "sweep",
+    "misuse",
+    "docs",
+    "build",
+]
 nox.options.sessions = DEFAULT_SESSIONS
 
 # Tool versions are pinned so that a new release of a checker cannot break a clean tree.
@@ -65,6 +85,10 @@ DEFAULT_BINDINGS_MAJOR = 13
 BOTH_BINDINGS_MAJORS = {"errors"}
 
 TESTING_DIST = "cuguard-testing"
+# Compiler and linker libraries: the contract suite's E2 test compiles and links on machines with no GPU.
+COMPILER_LIBRARIES = {13: ["nvidia-cuda-nvrtc>=13,<14", "nvidia-nvjitlink>=13,<14"]}
+# The misuse sweep's budget in `nox -s misuse` (examples x steps; well under 3 minutes on 2 cores).
+MISUSE_BUDGET = ["--examples", "150", "--steps", "50"]
 
 
 @dataclass(frozen=True)
@@ -245,6 +269,64 @@ def sweep(session: nox.Session) -> None:
     if "--json" not in args:
         args += ["--json", str(out)]
     session.run("python", str(ROOT / "scripts" / "sweep"), "--quiet", *args)
+
+
+@nox.session
+def misuse(session: nox.Session) -> None:
+    """The misuse sweep (contract B6) on the simulated driver, bounded and derandomized.
+
+    Runs ``scripts/misuse`` with :data:`MISUSE_BUDGET` (the same examples every run; the
+    JSON goes to the session's tmp directory), then the sweep's own tests (a small sweep,
+    and planted defects it must find). Arguments after ``--`` go to ``scripts/misuse``
+    (``-- --examples 1000 --steps 80 --seed 7`` for a longer seeded run, ``-- --shrink`` to
+    stop at the first failing example and shrink it). Fails on any violation.
+    """
+    wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
+    _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
+    tmp = Path(session.create_tmp()).resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = tmp / "misuse-sim.json"
+    out.unlink(missing_ok=True)
+    args = list(session.posargs) or list(MISUSE_BUDGET)
+    if "--json" in args:
+        out = Path(args[args.index("--json") + 1])
+    else:
+        args += ["--json", str(out)]
+    # The sweep first (its table and reproducers are the report), then its own tests, then the verdict.
+    session.run("python", str(ROOT / "scripts" / "misuse"), "--quiet", *args, success_codes=[0, 1])
+    session.run("pytest", "-q", str(BY_LAYER["testing"].path / "tests" / "test_misuse.py"))
+    found = json.loads(out.read_text("utf-8"))
+    if found["violations"] or found["crashes"]:
+        session.error(f"the misuse sweep found {found['violations']} violation(s) and {found['crashes']} crash(es)")
+
+
+@nox.session
+def contract(session: nox.Session) -> None:
+    """The cross-layer contract suite (``tests/``) against the installed meta-package ``cuguard``.
+
+    The meta-package is installed from the repository root, not editable (it has no code),
+    in one command with every layer editable: its dependencies name the layers
+    (``cuguard-errors>=0.1,<0.2``...), and the installer resolves them to those checkouts,
+    as ``_install_local`` does for siblings. Then ``importlib.metadata`` must see the
+    meta-package and ``tests/`` runs on the simulated driver. Arguments after ``--`` go to pytest.
+    """
+    layers = [p for p in PACKAGES.values() if p.dist != TESTING_DIST]
+    testing = _closure([TESTING_DIST])
+    extra = [
+        str(ROOT),
+        BINDINGS[DEFAULT_BINDINGS_MAJOR],
+        *COMPILER_LIBRARIES.get(DEFAULT_BINDINGS_MAJOR, []),
+        *TEST_TOOLS,
+    ]
+    _install_local(session, [*layers, *[p for p in testing if p not in layers]], *extra)
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m; "
+        "print('cuguard', m.version('cuguard'), 'requires', ', '.join(m.requires('cuguard') or []))",
+    )
+    session.chdir(ROOT)
+    session.run("pytest", "tests", *session.posargs)
 
 
 @nox.session

@@ -539,3 +539,37 @@ def test_cycle_of_primary_context_graphs_releases_them_and_keeps_the_context(
     assert not dev.context.closed
     _clean(cuguard_driver)
     assert flush_deferred(10)
+
+
+@pytest.mark.contract("W5")
+def test_memory_a_graph_uses_is_closed_at_once_and_freed_when_the_graph_lets_go(sim: SimulatedDriver) -> None:
+    # Found by the misuse sweep: close() freed memory an executable graph still used (a segfault on the H200).
+    dev = Device(0)
+    stream = dev.create_stream()
+    buf = dev.allocate(64)
+    out = dev.allocate_pinned(64)
+    g = GraphDefinition(dev)
+    g.memset(buf, 5).memcpy(out, buf)
+    graph = g.instantiate()
+    g.close()
+    address = buf.ptr
+    with record_calls() as log:
+        buf.close()
+        out.close()
+    assert buf.closed
+    assert out.closed
+    assert [c.name for c in log] == []  # nothing freed under the graph
+    del buf, out
+    gc.collect()
+    graph.launch(stream)
+    stream.sync()
+    assert sim.read(address, 64) == b"\x05" * 64
+    assert sim.dangling == []
+    with record_calls() as log:
+        graph.close()
+        del graph, g
+        gc.collect()
+        flush_deferred()
+    assert sorted(c.name for c in log if c.name in ("cuMemFree", "cuMemFreeHost")) == ["cuMemFree", "cuMemFreeHost"]
+    assert not any(obj.kind in ("device_memory", "host_memory") for obj in sim.live_objects())
+    stream.close()

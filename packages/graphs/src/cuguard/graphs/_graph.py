@@ -957,8 +957,18 @@ class GraphDefinition(Unique):
         pairs: list[tuple[Node, Node]] = []
         seen: set[tuple[int, int]] = set()
         for edge in _iterable(edges, "edges"):
-            if not isinstance(edge, tuple) or len(edge) != 2:
-                raise TypeError(f"edges must be (from, to) tuples of graph Nodes, not {edge!r}")
+            if (
+                not isinstance(edge, tuple)
+                or len(edge) != 2
+                or not isinstance(edge[0], Node)
+                or not isinstance(edge[1], Node)
+            ):
+                inner = (
+                    f"a tuple of ({', '.join(type(x).__name__ for x in edge)})"
+                    if isinstance(edge, tuple)
+                    else type(edge).__name__
+                )
+                raise TypeError(f"edges must be (from, to) tuples of graph Nodes, not {inner}")
             a, b = self._own(edge[0], "edges"), self._own(edge[1], "edges")
             key = (id(a), id(b))
             if key in seen:
@@ -1318,9 +1328,14 @@ class GraphDefinition(Unique):
         Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
         :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
-        address = ptr.ptr if isinstance(ptr, Node) else ptr
+        if isinstance(ptr, Node):
+            if ptr._kind != "mem_alloc":
+                raise TypeError(f"ptr must be a device address or a mem_alloc node, not a {ptr._kind} node")
+            address: object = ptr.ptr
+        else:
+            address = ptr
         if isinstance(address, bool) or not isinstance(address, int) or address <= 0:
-            raise TypeError(f"ptr must be a device address or an allocation node, not {ptr!r}")
+            raise TypeError(f"ptr must be a device address or a mem_alloc node, not {ptr!r}")
         dptr = _types().CUdeviceptr(address)
         return self._add(
             "mem_free",

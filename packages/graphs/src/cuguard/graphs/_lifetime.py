@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from cuguard.errors import call_unraisable, defer, enter_driver_callback, exit_driver_callback
 from cuguard.errors import flush_deferred as _flush
+from cuguard.resources import _memory
 
 __all__ = [
     "HostCallback",
@@ -88,6 +89,20 @@ def _release_payload(token: int) -> None:
     while payload:
         _, owner = payload.popitem()
         del owner
+
+
+def _used_by_a_graph(buffer: object) -> str | None:
+    """Why ``buffer`` must not be freed now: a payload CUDA still holds uses it (W5); else None."""
+    key = id(buffer)
+    for payload in list(_payloads.values()):
+        if payload.get(key) is buffer:
+            return "a CUDA graph that may still run uses it"
+    return None
+
+
+# An explicit close() of memory asks this first (the resources layer cannot see graphs): memory a
+# graph uses is freed only once CUDA lets go of that graph.
+_memory._close_guards.append(_used_by_a_graph)
 
 
 def register_payload(payload: dict[int, object]) -> int:

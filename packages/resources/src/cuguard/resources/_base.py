@@ -133,7 +133,8 @@ class Resource(Unique):
 
         Of a driver that is no longer installed: raises and stays as it is
         (nothing reaches any driver). Of a context that was closed or destroyed:
-        marked closed and, when owned, leaked and reported by raising.
+        marked closed; an owned resource is leaked and reported by raising,
+        while closing a wrapper (which owns nothing) is fine.
         """
         context = self._context
         if not context._released:
@@ -191,7 +192,11 @@ class Resource(Unique):
         # module may be cleared while this object is still alive (S1).
         try:
             if self._closed:
-                return
+                if not getattr(self, "_release_deferred", False):
+                    return
+                # close() deferred the release until a graph let go of the object (W5): now.
+                self._release_deferred = False  # type: ignore[misc]
+                self._closed = False
         except AttributeError:  # construction never finished: nothing to release
             return
         if _finalizing():

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import driver, raise_status
+from cuguard.errors import driver, raise_status, wrong_kind
 from cuguard.resources._base import Resource
 from cuguard.resources._stream import Stream, as_stream
 
@@ -72,15 +73,26 @@ def _free_status(ptr: Any) -> tuple[Any, str]:
 # --- host-side views ---------------------------------------------------------------------
 
 
-def _host_view(obj: Any) -> memoryview:
+def _host_view(obj: Any, param: str) -> memoryview:
     """A contiguous byte view of a host object (NumPy array, bytes, bytearray...)."""
     try:
         view = memoryview(obj)
     except TypeError:
-        raise TypeError(f"{type(obj).__name__} is not a host buffer (it has no buffer protocol)") from None
+        raise wrong_kind(
+            param, "a Buffer, a PinnedBuffer or a host object with the buffer protocol (a NumPy array...)", obj
+        ) from None
     if not view.c_contiguous:
         raise ValueError("host buffers must be C-contiguous")
     return view
+
+
+#: Checks run by an explicit close() of memory: each returns why the memory must not be freed
+#: now (a CUDA graph that may still run uses it), or None. The graphs layer registers one.
+_close_guards: list[Callable[[Any], str | None]] = []
+
+
+def _in_use(buffer: Any) -> bool:
+    return any(guard(buffer) for guard in _close_guards)
 
 
 class Buffer(Resource):
@@ -99,7 +111,7 @@ class Buffer(Resource):
     releases it.
     """
 
-    __slots__ = ("_device", "_size", "_stream")
+    __slots__ = ("_device", "_release_deferred", "_size", "_stream")
     _what = "device memory"
     _factory = "Device.allocate()"
     _device: int
@@ -142,13 +154,22 @@ class Buffer(Resource):
         """Free the memory now (see :meth:`Resource.close`). Idempotent.
 
         Stream-ordered memory is freed on its stream, after the work queued on
-        it (W5). If the driver refuses, raises :class:`~cuguard.errors.CUDAError`
-        and the memory is leaked, never freed twice.
+        it (W5). While a CUDA graph that may still run uses the memory, the
+        buffer is closed for use at once but the memory is freed only when
+        CUDA lets go of that graph (W5: never freed under a graph). If the
+        driver refuses, raises :class:`~cuguard.errors.CUDAError` and the
+        memory is leaked, never freed twice.
         """
         if self._closed:
             return
         if self._context._closed:
             self._context_gone()
+            return
+        if _close_guards and _in_use(self):
+            # A graph CUDA may still run uses the memory: never free it under the graph (W5).
+            # The buffer is closed for use now; its memory is freed when the graph lets go of it.
+            self._release_deferred = True
+            self._closed = True
             return
         self._closed = True
         stream = self._stream
@@ -187,7 +208,7 @@ class Buffer(Resource):
                 host: Any = src.address
                 size = src._size
             else:
-                host = _host_view(src)
+                host = _host_view(src, "src")
                 size = host.nbytes
             if size != self._size:
                 _check_size(size, self._size)
@@ -210,7 +231,7 @@ class Buffer(Resource):
                 (err,) = driver.cuMemcpyDtoDAsync(dst, hsrc, self._size, hstream)
                 call = "cuMemcpyDtoDAsync"
         else:
-            host = src.address if isinstance(src, PinnedBuffer) else _host_view(src)
+            host = src.address if isinstance(src, PinnedBuffer) else _host_view(src, "src")
             _check_size(src.size if isinstance(src, PinnedBuffer) else host.nbytes, self._size)
             if hstream is None:
                 (err,) = call_in(self._context, driver.cuMemcpyHtoD, None, dst, host, self._size)
@@ -237,7 +258,7 @@ class Buffer(Resource):
             host: Any = dst.address
             _check_size(dst.size, self._size)
         else:
-            host = _host_view(dst)
+            host = _host_view(dst, "dst")
             if host.readonly:
                 raise TypeError(f"cannot copy into a read-only {type(dst).__name__}")
             _check_size(host.nbytes, self._size)
@@ -342,7 +363,7 @@ class PinnedBuffer(Resource):
     memory.
     """
 
-    __slots__ = ("_size", "_views")
+    __slots__ = ("_release_deferred", "_size", "_views")
     _what = "pinned host memory"
     _factory = "Device.allocate_pinned()"
     _size: int
@@ -386,9 +407,16 @@ class PinnedBuffer(Resource):
         """Free the memory now (see :meth:`Resource.close`).
 
         Raises ``BufferError`` while a NumPy view from :meth:`numpy` is alive.
+        While a CUDA graph that may still run uses the memory, it is closed for
+        use at once and freed when CUDA lets go of the graph (W5).
         """
-        if not self._closed and any(ref() is not None for ref in self._views):
-            raise BufferError(f"{self!r} still has live NumPy views; delete them before closing")
+        if not self._closed:
+            if any(ref() is not None for ref in self._views):
+                raise BufferError(f"{self!r} still has live NumPy views; delete them before closing")
+            if _close_guards and not self._context._closed and _in_use(self):
+                self._release_deferred = True  # freed when the graph lets go of it (W5)
+                self._closed = True
+                return
         super().close()
 
     def _release(self, raising: bool) -> tuple[Any, str]:

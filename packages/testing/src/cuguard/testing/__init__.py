@@ -11,6 +11,10 @@
   nothing and left nothing dangling.
 - :func:`run_sweep` runs the failure-point sweep (every public operation x every
   driver call it makes x each failure), also as ``python -m cuguard.testing.sweep``.
+- :func:`run_misuse_sweep` runs the misuse sweep (a stateful random exploration of
+  the whole public API with every kind of wrong argument, copies, closes,
+  collections, driver switches, threads, callbacks and faults, checked after
+  every step), returning a :class:`MisuseResult`; also ``python -m cuguard.testing._misuse``.
 - The pytest plugin (:mod:`cuguard.testing.plugin`) is registered automatically.
 """
 
@@ -25,6 +29,8 @@ from cuguard.testing._faults import leak_check as leak_check
 from cuguard.testing._faults import record_calls as record_calls
 from cuguard.testing._faults import restore_fault as restore_fault
 from cuguard.testing._faults import sticky as sticky
+from cuguard.testing._misuse import MisuseResult as MisuseResult
+from cuguard.testing._misuse import run_misuse_sweep as run_misuse_sweep
 from cuguard.testing._sim import LiveObject as LiveObject
 from cuguard.testing._sim import SimulatedCrash as SimulatedCrash
 from cuguard.testing._sim import SimulatedDriver as SimulatedDriver
@@ -39,6 +45,7 @@ __all__ = [
     "FaultPlan",
     "FaultProxy",
     "LiveObject",
+    "MisuseResult",
     "SimulatedCrash",
     "SimulatedDriver",
     "SweepResult",
@@ -49,6 +56,7 @@ __all__ = [
     "nothing_left_behind",
     "record_calls",
     "restore_fault",
+    "run_misuse_sweep",
     "run_sweep",
     "simulated_driver",
     "sticky",

@@ -1,0 +1,616 @@
+"""The misuse sweep's catalog: every public operation of every layer, with what each parameter takes.
+
+An :class:`Op` names one public operation (``"Stream.wait"``), the kind of its
+receiver (``None`` for functions, constructors and class methods) and its
+parameters. A :class:`Param` says which kinds of value it accepts: the cuguard
+kinds for parameters that take cuguard objects (E3: any other kind, ``None`` or a
+number must raise ``TypeError`` naming the parameter, the expected kind and
+what was given), or a list of candidate values for plain parameters (sizes,
+flags, names), which mix good and bad values and are only held to the general
+rules (only the documented exception types, with a message).
+
+``uses`` marks parameters (and, per operation, the receiver) whose object must
+be usable: an object of an uninstalled driver (O3), of a destroyed context (O4)
+or a closed one (E3) must be refused with ``ResourceClosedError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from cuguard.testing._misuse.model import SIZE, CallbackBoom
+
+__all__ = ["ANY", "CTX_HANDLE", "EDGE", "KERNEL_ARGS", "Op", "Param", "build_ops"]
+
+STREAM = frozenset({"Stream", "ForeignStream"})
+EVENT = frozenset({"Event"})
+CONTEXT = frozenset({"Context"})
+DEVICE = frozenset({"Device"})
+NODE = frozenset({"Node"})
+GRAPHDEF = frozenset({"GraphDefinition"})
+KERNEL = frozenset({"Kernel"})
+CONFIG = frozenset({"LaunchConfig"})
+MEMORY = frozenset({"Buffer", "PinnedBuffer"})
+HOST = frozenset({"bytearray", "bytes", "NumpyView"})
+#: Accepts anything (``x in node.pred`` is ``False`` for a non-node, by set semantics).
+ANY = frozenset({"any"})
+
+#: Marks the kernel-argument parameter (drawn specially: see ``session``).
+KERNEL_ARGS = "kernel arguments"
+#: Marks an edge parameter: a ``(from, to)`` tuple of nodes.
+EDGE = "edge"
+#: Marks a context-handle parameter (``Context.wrap``): handles of the driver's contexts, destroyed ones too.
+CTX_HANDLE = "context handle"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: its name, what it accepts and how a wrong value must be refused."""
+
+    name: str
+    accepts: frozenset[str] = frozenset()  # cuguard kinds; empty for plain parameters
+    expect: str = ""  # the expected kind, as the TypeError must name it (case-insensitive)
+    names: tuple[str, ...] = ()  # other spellings of the parameter a message may use
+    optional: bool = False  # None is a good value
+    values: tuple[Any, ...] = ()  # candidates of a plain parameter (callables are called for a fresh value)
+    good: int | None = None  # how many of the first values are good ones (None: all)
+    uses: bool = True  # an unusable object here must be refused
+    star: bool = False  # *args: a tuple of values
+    iterable: bool = False  # an iterable of accepted values (deps=...)
+    keyword: bool = False  # passed by keyword
+    special: str = ""  # KERNEL_ARGS or EDGE
+    naming: bool = True  # a wrong kind must raise TypeError naming the parameter
+    node_type: str = ""  # for nodes: the node type taken (e.g. "mem_alloc"); other nodes are a wrong kind
+
+    @property
+    def takes_objects(self) -> bool:
+        return bool(self.accepts)
+
+    def spellings(self) -> tuple[str, ...]:
+        return (self.name, *self.names)
+
+    @property
+    def good_values(self) -> tuple[Any, ...]:
+        return self.values if self.good is None else self.values[: self.good]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One public operation (see the module docstring)."""
+
+    name: str
+    receiver: str | None
+    run: Callable[..., Any]
+    params: tuple[Param, ...] = ()
+    uses_receiver: bool = True
+    sets_context: bool = False
+    may_warn: bool = False  # documented to report (CUDAWarning) instead of raising
+    extra_errors: tuple[type[BaseException], ...] = ()
+    frees_memory: bool = False  # the sweep synchronizes first (a user's race is not cuguard's)
+    receiver_type: str = ""  # for node receivers: the node type the operation needs (e.g. "kernel")
+    destroys_context: bool = False
+    real: bool = True  # safe on a real GPU
+    idempotent_close: bool = False  # a close(): no use when the object was closed already
+    exit: bool = False  # __exit__ with an exception propagating: a failed close must become a note (G4)
+    weight: int = 1
+    tags: tuple[str, ...] = field(default=())
+
+
+def _p(name: str, accepts: frozenset[str], expect: str, **kw: Any) -> Param:
+    return Param(name, accepts, expect, **kw)
+
+
+def _v(name: str, *values: Any, **kw: Any) -> Param:
+    return Param(name, values=values, **kw)
+
+
+def _deps(name: str = "deps") -> Param:
+    return Param(
+        name,
+        NODE,
+        "Node",
+        names=("dependency", "dependencies", "dep"),
+        iterable=True,
+        keyword=True,
+    )
+
+
+def _noop() -> None:
+    return None
+
+
+def _boom() -> None:
+    raise CallbackBoom("raised on purpose by a misuse-sweep callback")
+
+
+def _exit(obj: Any) -> BaseException:
+    """``obj.__exit__`` while the body's exception propagates; returns that exception (to read its notes)."""
+    body = ValueError("the with-block body failed")
+    obj.__exit__(ValueError, body, None)
+    return body
+
+
+def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
+    """Every operation of the catalog. ``L`` holds the layers; ``image()`` the kernel image of the driver now."""
+    E, C, R, G = L.errors, L.context, L.resources, L.graphs
+    ops: list[Op] = []
+
+    def add(name: str, receiver: str | None, run: Callable[..., Any], *params: Param, **kw: Any) -> None:
+        ops.append(Op(name, receiver, run, tuple(params), **kw))
+
+    ordinal = _v("ordinal", 0, 1, 2, -1, None, 1.5, True, "0", good=2)
+    codes = _v("code", 1, 2, 700, 0, -1, 2**40, None, 1.5, "x", good=3)
+
+    # --- errors ------------------------------------------------------------------------------
+    add("errors.error_name", None, E.error_name, codes)
+    add("errors.error_description", None, E.error_description, codes)
+    add("errors.is_sticky", None, E.is_sticky, codes)
+    add("errors.CUDAError", None, E.CUDAError, codes, _v("call", "cuStreamCreate", None, 5, good=2))
+    add("errors.format_handle", None, E.format_handle, _v("handle", None, 0, 12345, "x", 1.5))
+    add("errors.flush_deferred", None, E.flush_deferred, _v("timeout", None, 0, 1.0, 5))
+    add("graphs.flush_deferred", None, G.flush_deferred, _v("timeout", None, 0, 1.0))
+    add("graphs.pending_payloads", None, G.pending_payloads)
+
+    # --- context -----------------------------------------------------------------------------
+    add("context.init_driver", None, C.init_driver)
+    add("Context.primary", None, C.Context.primary, ordinal)
+    add("Context.create", None, C.Context.create, ordinal, _v("flags", 0, 1, -1, None, 1.5, good=2), weight=2)
+    add(
+        "Context.wrap",
+        None,
+        C.Context.wrap,
+        Param(
+            "handle",
+            frozenset({"int", "CUcontext"}),
+            "CUcontext",
+            values=(None, 1.5, "x", 0),
+            special=CTX_HANDLE,
+        ),
+        _v("device", None, 0, 1, "x", -1.5, good=3),
+    )
+    add("Context.current", None, C.Context.current)
+    add("Context.set_current", "Context", lambda c: c.set_current(), sets_context=True, weight=2)
+    add("Context.synchronize", "Context", lambda c: c.synchronize())
+    add(
+        "Context.close",
+        "Context",
+        lambda c: c.close(),
+        idempotent_close=True,
+        destroys_context=True,
+        frees_memory=True,
+    )
+    add(
+        "Context.__exit__",
+        "Context",
+        _exit,
+        idempotent_close=True,
+        exit=True,
+        destroys_context=True,
+        frees_memory=True,
+    )
+    add("Context.device", "Context", lambda c: c.device, uses_receiver=False)
+    add("Context.handle", "Context", lambda c: c.handle)
+    add("Context.is_primary", "Context", lambda c: (c.is_primary, c.owned, c.closed, c.stale), uses_receiver=False)
+
+    def _query_device() -> Any:
+        return E.driver.cuCtxGetDevice()
+
+    add(
+        "context.call_in",
+        None,
+        lambda ctx, op: C.call_in(ctx, op, None),
+        _p("context", CONTEXT, "Context"),
+        _v("op", lambda: _query_device, lambda: _noop, None, 5, good=2),
+    )
+    add(
+        "context.cleanup_in",
+        None,
+        C.cleanup_in,
+        # documented: an unusable context is reported (CUDAWarning), not raised
+        _p("context", CONTEXT, "Context", uses=False),
+        _v("op", lambda: _query_device, lambda: _noop),
+        may_warn=True,
+    )
+
+    # --- resources: devices --------------------------------------------------------------------
+    add("Device", None, R.Device, ordinal, weight=2)
+    add("Device.count", None, R.Device.count)
+    add("Device.name", "Device", lambda d: d.name)
+    add(
+        "Device.attribute",
+        "Device",
+        lambda d, a: d.attribute(a),
+        _v("attribute", 75, 76, 1, -5, "x", None, 10**6, good=2),
+    )
+    add("Device.compute_capability", "Device", lambda d: d.compute_capability)
+    add("Device.ordinal", "Device", lambda d: (d.ordinal, d.handle), uses_receiver=False)
+    add("Device.context", "Device", lambda d: d.context)
+    add("Device.set_current", "Device", lambda d: d.set_current(), sets_context=True, weight=2)
+    add("Device.sync", "Device", lambda d: d.sync())
+    add(
+        "Device.create_stream",
+        "Device",
+        lambda d, nb, pr: d.create_stream(non_blocking=nb, priority=pr),
+        _v("non_blocking", False, True),
+        _v("priority", None, None, 0, -1, -5, 1, "x", 1.5, good=6),
+        weight=3,
+    )
+    add("Device.create_event", "Device", lambda d, t: d.create_event(timing=t), _v("timing", True, False), weight=2)
+    sizes = _v("size", SIZE, SIZE, 0, 1, 128, -1, 1 << 52, 1.5, None, "64", good=2)
+    add(
+        "Device.allocate",
+        "Device",
+        lambda d, size, stream: d.allocate(size, stream),
+        sizes,
+        _p("stream", STREAM, "Stream", optional=True),
+        weight=4,
+    )
+    add("Device.allocate_pinned", "Device", lambda d, size: d.allocate_pinned(size), sizes, weight=2)
+    images = _v("image", image, image, lambda: image().decode(errors="replace"), b"garbage", None, 5, good=3)
+    add("Device.load_module", "Device", lambda d, img: d.load_module(img), images)
+
+    # --- resources: streams --------------------------------------------------------------------
+    add(
+        "Stream.wrap",
+        None,
+        R.Stream.wrap,
+        # plain ints would be garbage handles: the caller's responsibility, not drawn
+        Param(
+            "obj",
+            STREAM | {"int", "CUstream"},
+            "Stream",
+            names=("__cuda_stream__", "CUstream"),
+            values=(None, 1.5, "x"),
+        ),
+        _p("context", CONTEXT, "Context"),
+    )
+    add("Stream.flags", "Stream", lambda s: (s.flags, s.priority))
+    add("Stream.sync", "Stream", lambda s: s.sync(), weight=2)
+    add("Stream.query", "Stream", lambda s: s.query())
+    add("Stream.wait", "Stream", lambda s, o: s.wait(o), _p("other", EVENT | STREAM, "Event"), weight=2)
+    add("Stream.record", "Stream", lambda s, e: s.record(e), _p("event", EVENT, "Event", optional=True), weight=2)
+    add(
+        "Stream.launch_host_func",
+        "Stream",
+        lambda s, fn: s.launch_host_func(fn),
+        _v("fn", lambda: _noop, lambda: _boom, None, 5, good=2),
+    )
+    add("Stream.__cuda_stream__", "Stream", lambda s: s.__cuda_stream__())
+    add("Stream.handle", "Stream", lambda s: s.handle)
+    add("Stream.device", "Stream", lambda s: (s.device, s.context, s.closed), uses_receiver=False)
+    for cls in ("Stream", "Event", "Buffer", "PinnedBuffer", "Module"):
+        frees = cls in ("Buffer", "PinnedBuffer")
+        add(f"{cls}.close", cls, lambda o: o.close(), idempotent_close=True, frees_memory=frees)
+        add(
+            f"{cls}.__exit__",
+            cls,
+            _exit,
+            idempotent_close=True,
+            exit=True,
+            frees_memory=frees,
+        )
+
+    # --- resources: events -----------------------------------------------------------------------
+    add("Event.record", "Event", lambda e, s: e.record(s), _p("stream", STREAM, "Stream"), weight=2)
+    add("Event.sync", "Event", lambda e: e.sync())
+    add("Event.query", "Event", lambda e: e.query())
+    add("Event.elapsed_since", "Event", lambda e, s: e.elapsed_since(s), _p("start", EVENT, "Event"))
+    add("Event.handle", "Event", lambda e: e.handle)
+    add("Event.timing", "Event", lambda e: (e.timing, e.device, e.context), uses_receiver=False)
+
+    # --- resources: memory -------------------------------------------------------------------
+    data = _p("src", MEMORY | HOST, "Buffer", values=())
+    add(
+        "Buffer.copy_from",
+        "Buffer",
+        lambda b, src, s: b.copy_from(src, s),
+        data,
+        _p("stream", STREAM, "Stream", optional=True),
+        weight=2,
+    )
+    add(
+        "Buffer.copy_to",
+        "Buffer",
+        lambda b, dst, s: b.copy_to(dst, s),
+        _p("dst", MEMORY | HOST, "Buffer"),
+        _p("stream", STREAM, "Stream", optional=True),
+        weight=2,
+    )
+    add(
+        "Buffer.fill",
+        "Buffer",
+        lambda b, v, s: b.fill(v, s),
+        _v("value", 0, 7, 255, 256, -1, 1.5, None, True, good=3),
+        _p("stream", STREAM, "Stream", optional=True),
+        weight=2,
+    )
+    add("Buffer.ptr", "Buffer", lambda b: (b.ptr, b.__cuda_array_interface__))
+    add(
+        "Buffer.size",
+        "Buffer",
+        lambda b: (b.size, b.device, b.stream, b.closed, b.__dlpack_device__()),
+        uses_receiver=False,
+    )
+    add(
+        "Buffer.__dlpack__",
+        "Buffer",
+        lambda b, copy, dl_device: b.__dlpack__(copy=copy, dl_device=dl_device),
+        _v("copy", None, False, True, good=2),
+        _v("dl_device", None, (2, 0), (2, 1), (1, 0), good=2),
+    )
+    add("PinnedBuffer.address", "PinnedBuffer", lambda p: p.address)
+    add("PinnedBuffer.size", "PinnedBuffer", lambda p: (p.size, p.closed, p.context), uses_receiver=False)
+    add(
+        "PinnedBuffer.numpy",
+        "PinnedBuffer",
+        lambda p, t: p.numpy(t),
+        _v("dtype", "uint8", "uint32", "float64", 5, good=3),
+    )
+
+    # --- resources: modules and launches -----------------------------------------------------
+    add("Module.load", None, R.Module.load, _p("context", CONTEXT, "Context"), images)
+    add(
+        "Module.get_kernel",
+        "Module",
+        lambda m, name: m.get_kernel(name),
+        _v("name", "fill_u8", "fill_u8", "missing", None, 5, good=2),
+        weight=2,
+    )
+    add(
+        "LaunchConfig",
+        None,
+        lambda grid, block: R.LaunchConfig(grid=grid, block=block),
+        _v("grid", 1, 1, (1, 1), 0, -1, "x", (1, 2, 3, 4), 1.5, good=3),
+        _v("block", SIZE, 1, (32, 2), 2048, 0, None, good=3),
+    )
+    kargs = Param("args", special=KERNEL_ARGS, star=True, naming=False)
+    add(
+        "launch",
+        None,
+        R.launch,
+        _p("stream", STREAM, "Stream"),
+        _p("config", CONFIG, "LaunchConfig"),
+        _p("kernel", KERNEL, "Kernel"),
+        kargs,
+        weight=3,
+    )
+    add("pack_args", None, lambda *args: R.pack_args(args), kargs)
+
+    # --- graphs: definitions -------------------------------------------------------------------
+    add(
+        "GraphDefinition",
+        None,
+        G.GraphDefinition,
+        _p("device", DEVICE | CONTEXT, "Device", optional=True),
+        weight=2,
+    )
+    deps = _deps()
+    for target in ("GraphDefinition", "Node"):
+        on_def = target == "GraphDefinition"
+
+        def kw(d: Any) -> dict[str, Any]:
+            return {"deps": d}
+
+        if on_def:
+            add(
+                "GraphDefinition.empty",
+                target,
+                lambda g, *d: g.empty(*d),
+                Param("deps", NODE, "Node", names=("dependency", "dep"), star=True),
+                weight=3,
+            )
+            add(
+                "GraphDefinition.join",
+                target,
+                lambda g, *n: g.join(*n),
+                Param("nodes", NODE, "Node", names=("node",), star=True),
+            )
+            add(
+                "GraphDefinition.memset",
+                target,
+                lambda g, dst, value, d: g.memset(dst, value, **kw(d)),
+                _p("dst", frozenset({"Buffer"}), "Buffer"),
+                _v("value", 0, 7, 256, -1, None, good=2),
+                deps,
+                weight=2,
+            )
+            add(
+                "GraphDefinition.memcpy",
+                target,
+                lambda g, dst, src, d: g.memcpy(dst, src, **kw(d)),
+                _p("dst", MEMORY, "Buffer"),
+                _p("src", MEMORY, "Buffer"),
+                deps,
+                weight=2,
+            )
+            add(
+                "GraphDefinition.launch",
+                target,
+                lambda g, config, kernel, d, *args: g.launch(config, kernel, *args, **kw(d)),
+                _p("config", CONFIG, "LaunchConfig"),
+                _p("kernel", KERNEL, "Kernel"),
+                deps,
+                kargs,
+                weight=2,
+            )
+            add(
+                "GraphDefinition.callback",
+                target,
+                lambda g, fn, d: g.callback(fn, **kw(d)),
+                _v("fn", lambda: _noop, lambda: _boom, None, 5, good=2),
+                deps,
+            )
+            add(
+                "GraphDefinition.record",
+                target,
+                lambda g, ev, d: g.record(ev, **kw(d)),
+                _p("event", EVENT, "Event"),
+                deps,
+            )
+            add("GraphDefinition.wait", target, lambda g, ev, d: g.wait(ev, **kw(d)), _p("event", EVENT, "Event"), deps)
+            add(
+                "GraphDefinition.allocate",
+                target,
+                lambda g, size, device, d: g.allocate(size, device=device, **kw(d)),
+                _v("size", SIZE, 0, -1, None, 1.5, good=1),
+                _p("device", DEVICE | {"int"}, "Device", optional=True, values=(0, 1, -1, 1.5, "x")),
+                deps,
+            )
+            add(
+                "GraphDefinition.deallocate",
+                target,
+                lambda g, ptr, d: g.deallocate(ptr, **kw(d)),
+                Param(
+                    "ptr",
+                    NODE | {"int"},
+                    "alloc",
+                    names=("address",),
+                    values=(0, -1, None, 1.5),
+                    uses=False,
+                    node_type="mem_alloc",
+                ),
+                deps,
+            )
+            add(
+                "GraphDefinition.embed",
+                target,
+                lambda g, child, d: g.embed(child, **kw(d)),
+                _p("child", GRAPHDEF, "GraphDefinition"),
+                deps,
+            )
+        else:
+            add("Node.empty", target, lambda n: n.empty(), weight=2)
+            add(
+                "Node.join",
+                target,
+                lambda n, *others: n.join(*others),
+                Param("nodes", NODE, "Node", names=("node",), star=True),
+            )
+            add(
+                "Node.memset",
+                target,
+                lambda n, dst, value: n.memset(dst, value),
+                _p("dst", frozenset({"Buffer"}), "Buffer"),
+                _v("value", 0, 7, 256, None, good=2),
+            )
+            add(
+                "Node.memcpy",
+                target,
+                lambda n, dst, src: n.memcpy(dst, src),
+                _p("dst", MEMORY, "Buffer"),
+                _p("src", MEMORY, "Buffer"),
+            )
+            add(
+                "Node.launch",
+                target,
+                lambda n, config, kernel, *args: n.launch(config, kernel, *args),
+                _p("config", CONFIG, "LaunchConfig"),
+                _p("kernel", KERNEL, "Kernel"),
+                kargs,
+            )
+            add(
+                "Node.callback", target, lambda n, fn: n.callback(fn), _v("fn", lambda: _noop, lambda: _boom, 5, good=2)
+            )
+            add("Node.record", target, lambda n, ev: n.record(ev), _p("event", EVENT, "Event"))
+            add("Node.wait", target, lambda n, ev: n.wait(ev), _p("event", EVENT, "Event"))
+            add(
+                "Node.allocate",
+                target,
+                lambda n, size, device: n.allocate(size, device=device),
+                _v("size", SIZE, 0, None, good=1),
+                _p("device", DEVICE | {"int"}, "Device", optional=True, values=(0, -1, "x")),
+            )
+            add(
+                "Node.deallocate",
+                target,
+                lambda n, ptr: n.deallocate(ptr),
+                Param(
+                    "ptr",
+                    NODE | {"int"},
+                    "alloc",
+                    names=("address",),
+                    values=(0, None),
+                    uses=False,
+                    node_type="mem_alloc",
+                ),
+            )
+            add("Node.embed", target, lambda n, child: n.embed(child), _p("child", GRAPHDEF, "GraphDefinition"))
+
+    edge = Param("edges", special=EDGE, accepts=frozenset({EDGE}), expect="Node", names=("edge",), star=True)
+    add("GraphDefinition.connect", "GraphDefinition", lambda g, *e: g.connect(*e), edge, weight=2)
+    add("GraphDefinition.disconnect", "GraphDefinition", lambda g, *e: g.disconnect(*e), edge)
+    add("GraphDefinition.nodes", "GraphDefinition", lambda g: (g.nodes, g.edges))
+    add("GraphDefinition.handle", "GraphDefinition", lambda g: g.handle)
+    add("GraphDefinition.context", "GraphDefinition", lambda g: (g.context, g.closed), uses_receiver=False)
+    add("GraphDefinition.clone", "GraphDefinition", lambda g: g.clone())
+    add(
+        "GraphDefinition.find_node",
+        "GraphDefinition",
+        lambda g, n: g.find_node(n),
+        _p("original", NODE, "Node", uses=False),
+    )
+    add("GraphDefinition.instantiate", "GraphDefinition", lambda g: g.instantiate(), weight=3)
+    add("GraphDefinition.close", "GraphDefinition", lambda g: g.close(), idempotent_close=True)
+    add("GraphDefinition.__exit__", "GraphDefinition", _exit, idempotent_close=True, exit=True)
+
+    # --- graphs: nodes and edges ---------------------------------------------------------------
+    add("Node.set_args", "Node", lambda n, *args: n.set_args(*args), kargs, receiver_type="kernel")
+    add(
+        "Node.set_params",
+        "Node",
+        lambda n, config, kernel: n.set_params(config=config, kernel=kernel),
+        _p("config", CONFIG, "LaunchConfig", optional=True),
+        _p("kernel", KERNEL, "Kernel", optional=True),
+        receiver_type="kernel",
+    )
+    add("Node.destroy", "Node", lambda n: n.destroy(), idempotent_close=True, weight=2)
+    add("Node.handle", "Node", lambda n: n.handle)
+    add("Node.type", "Node", lambda n: (n.type, n.graph, n.closed, n.params), uses_receiver=False)
+    add("Node.ptr", "Node", lambda n: n.ptr, uses_receiver=False, receiver_type="mem_alloc")
+    add("Node.pred", "Node", lambda n: (set(n.pred), len(n.succ)))
+    nodes_it = Param("nodes", NODE, "Node", names=("node",), iterable=True)
+
+    def assign(side: str) -> Callable[..., None]:
+        def run(n: Any, nodes: Any) -> None:
+            setattr(n, side, nodes)
+
+        return run
+
+    add("Node.pred=", "Node", assign("pred"), nodes_it)
+    add("Node.succ=", "Node", assign("succ"), nodes_it)
+    value = Param("value", NODE, "Node", names=("node", "item"))
+    others = Param("others", NODE, "Node", names=("other", "node", "iterable"), iterable=True)
+    key_error = (KeyError,)
+    for side in ("pred", "succ"):
+
+        def view(n: Any, side: str = side) -> Any:
+            return getattr(n, side)
+
+        add(f"Node.{side}.add", "Node", lambda n, v, view=view: view(n).add(v), value)
+        add(f"Node.{side}.discard", "Node", lambda n, v, view=view: view(n).discard(v), value)
+        add(f"Node.{side}.remove", "Node", lambda n, v, view=view: view(n).remove(v), value, extra_errors=key_error)
+        add(f"Node.{side}.update", "Node", lambda n, o, view=view: view(n).update(o), others)
+        add(f"Node.{side}.difference_update", "Node", lambda n, o, view=view: view(n).difference_update(o), others)
+        add(f"Node.{side}.clear", "Node", lambda n, view=view: view(n).clear())
+        add(f"Node.{side}.pop", "Node", lambda n, view=view: view(n).pop(), extra_errors=key_error)
+        add(f"Node.{side}.__ixor__", "Node", lambda n, o, view=view: view(n).__ixor__(o), others)
+        add(f"Node.{side}.__iand__", "Node", lambda n, o, view=view: view(n).__iand__(o), others)
+        add(
+            f"Node.{side}.__contains__",
+            "Node",
+            lambda n, v, view=view: v in view(n),
+            Param("item", ANY, "Node", uses=False, naming=False),
+            uses_receiver=False,  # set semantics: a non-node is simply not a member
+        )
+
+    # --- graphs: executable graphs ---------------------------------------------------------------
+    add("Graph.launch", "Graph", lambda x, s: x.launch(s), _p("stream", STREAM, "Stream"), weight=3)
+    add("Graph.upload", "Graph", lambda x, s: x.upload(s), _p("stream", STREAM, "Stream"))
+    add("Graph.update", "Graph", lambda x, g: x.update(g), _p("definition", GRAPHDEF, "GraphDefinition"))
+    add("Graph.handle", "Graph", lambda x: x.handle)
+    add("Graph.close", "Graph", lambda x: x.close(), idempotent_close=True)
+    add("Graph.__exit__", "Graph", _exit, idempotent_close=True, exit=True)
+    return ops
