@@ -573,3 +573,17 @@ def test_memory_a_graph_uses_is_closed_at_once_and_freed_when_the_graph_lets_go(
     assert sorted(c.name for c in log if c.name in ("cuMemFree", "cuMemFreeHost")) == ["cuMemFree", "cuMemFreeHost"]
     assert not any(obj.kind in ("device_memory", "host_memory") for obj in sim.live_objects())
     stream.close()
+
+
+@pytest.mark.contract("E3")
+def test_a_definition_holding_memory_nodes_is_refused_as_a_child_before_the_driver(sim: SimulatedDriver) -> None:
+    dev = Device(0)
+    child = GraphDefinition(dev)
+    alloc = child.allocate(256)
+    alloc.deallocate(alloc)
+    parent = GraphDefinition(dev)
+    with record_calls() as log, pytest.raises(ValueError, match="child graph"):
+        parent.embed(child)
+    assert [c.name for c in log] == []
+    parent.close()
+    child.close()

@@ -72,3 +72,46 @@ def test_kernel_node_launched_after_its_module_was_unloaded_is_misuse(drv: Simul
     drv.cuGraphExecDestroy(exe)
     drv.cuGraphDestroy(graph)
     drv.cuStreamDestroy(stream)
+
+
+def _alloc_params(size: int) -> cb.CUDA_MEM_ALLOC_NODE_PARAMS:
+    params = cb.CUDA_MEM_ALLOC_NODE_PARAMS()
+    params.poolProps.allocType = cb.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    params.poolProps.location.type = cb.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    params.poolProps.location.id = 0
+    params.bytesize = size
+    return params
+
+
+@pytest.mark.contract("B2")
+def test_a_graph_holding_memory_nodes_cannot_be_a_child_graph(drv: SimulatedDriver) -> None:
+    # As on the H200 (differential scenario child_graph_with_memory_nodes): CUDA_ERROR_NOT_SUPPORTED.
+    _, child = drv.cuGraphCreate(0)
+    params = _alloc_params(256)
+    _, alloc = drv.cuGraphAddMemAllocNode(child, None, 0, params)
+    assert drv.cuGraphAddMemFreeNode(child, [alloc], 1, params.dptr)[0] == OK
+    _, parent = drv.cuGraphCreate(0)
+    err, node = drv.cuGraphAddChildGraphNode(parent, None, 0, child)
+    assert (err, node) == (cb.CUresult.CUDA_ERROR_NOT_SUPPORTED, None)
+    assert drv.cuGraphGetNodes(parent, 0)[-1] == 0
+    drv.cuGraphDestroy(parent)
+    drv.cuGraphDestroy(child)
+
+
+@pytest.mark.contract("B2")
+def test_an_update_that_changes_a_child_graphs_layout_is_refused(drv: SimulatedDriver) -> None:
+    # As on the H200 (differential scenario update_with_a_changed_child_graph_layout).
+    parents = []
+    for n in (1, 2):
+        _, child = drv.cuGraphCreate(0)
+        for _ in range(n):
+            drv.cuGraphAddEmptyNode(child, None, 0)
+        _, parent = drv.cuGraphCreate(0)
+        drv.cuGraphAddChildGraphNode(parent, None, 0, child)
+        drv.cuGraphDestroy(child)
+        parents.append(parent)
+    _, exe = drv.cuGraphInstantiate(parents[0], 0)
+    assert drv.cuGraphExecUpdate(exe, parents[1]) == (cb.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, None)
+    drv.cuGraphExecDestroy(exe)
+    for parent in parents:
+        drv.cuGraphDestroy(parent)

@@ -1330,12 +1330,12 @@ class GraphDefinition(Unique):
         """
         if isinstance(ptr, Node):
             if ptr._kind != "mem_alloc":
-                raise TypeError(f"ptr must be a device address or a mem_alloc node, not a {ptr._kind} node")
+                raise TypeError(f"ptr must be a device address or an allocation Node, not a Node of kind {ptr._kind}")
             address: object = ptr.ptr
         else:
             address = ptr
         if isinstance(address, bool) or not isinstance(address, int) or address <= 0:
-            raise TypeError(f"ptr must be a device address or a mem_alloc node, not {ptr!r}")
+            raise wrong_kind("ptr", "a device address or an allocation Node", ptr)
         dptr = _types().CUdeviceptr(address)
         return self._add(
             "mem_free",
@@ -1360,6 +1360,7 @@ class GraphDefinition(Unique):
         if child is self:
             raise ValueError("a graph definition cannot embed itself")
         child_handle = child.handle
+        child._check_no_memory_nodes("be embedded as a child graph")  # CUDA_ERROR_NOT_SUPPORTED on an H200
         owners = list(child._owners.values())
         return self._add(
             "graph",

@@ -634,6 +634,8 @@ class SimGraphs(SimCore):
         source = self._graph(childGraph, "cuGraphAddChildGraphNode")
         if source is graph:
             raise Status(INVALID_VALUE)
+        if self._has_memory_nodes(source):
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)  # CUDA's rule, seen on an H200
         return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_GRAPH, self._child_copy(source))
 
     @api(1)
@@ -770,10 +772,12 @@ class SimGraphs(SimCore):
                 steps.append((node.type, node.spec))
 
     def _signature(self, graph: Graph) -> tuple[Any, ...]:
+        """The topology an update must keep: node types and edges, child graphs' included (seen on an H200)."""
         index = {k: i for i, k in enumerate(graph.nodes)}
         types = tuple(int(n.type) for n in graph.nodes.values())
         edges = tuple(sorted((index[a], index[b]) for a, b in graph.edges))
-        return (types, edges)
+        children = tuple(self._signature(n.spec) for n in graph.nodes.values() if n.type == T.CU_GRAPH_NODE_TYPE_GRAPH)
+        return (types, edges, children)
 
     def _step_refs(self, steps: list[tuple[Any, Any]]) -> frozenset[int]:
         refs: set[int] = set()
