@@ -609,7 +609,31 @@ def _ordinal_of(device: Device | int) -> int:
 # --- definitions ---------------------------------------------------------------------------
 
 
-class GraphDefinition(Unique):
+class _Collected(Unique):
+    """Collection of a definition or an executable graph: destroyed by ``_collect``, or not at all."""
+
+    __slots__ = ()
+
+    _closed: bool
+    _driver: Any
+
+    def _collect(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
+        # module may be cleared while this object is still alive (S1).
+        if getattr(self, "_closed", True) or _finalizing():
+            return
+        if self._driver is not driver_token():
+            return  # its driver was uninstalled: nothing of it is released here or said (O3)
+        if in_driver_callback():
+            defer(self._collect)  # O5: never call CUDA from the driver's thread
+            return
+        self._collect()
+
+
+class GraphDefinition(_Collected):
     """An explicit CUDA graph under construction (a ``CUgraph``).
 
     ``GraphDefinition(device)`` creates an empty graph. ``device`` (a
@@ -1497,18 +1521,6 @@ class GraphDefinition(Unique):
         else:
             self._discard(exc)
 
-    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
-        # module may be cleared while this object is still alive (S1).
-        if getattr(self, "_closed", True) or _finalizing():
-            return
-        if self._driver is not driver_token():
-            return  # its driver was uninstalled: nothing of it is released here or said (O3)
-        if in_driver_callback():
-            defer(self._collect)  # O5: never call CUDA from the driver's thread
-            return
-        self._collect()
-
     def _collect(self) -> None:
         """Destroy a collected definition; failures are warnings (W1)."""
         if self._closed or self._driver is not driver_token():
@@ -1567,7 +1579,7 @@ def _exec_destroy(handle: Any) -> None:
 # --- executable graphs -----------------------------------------------------------------------
 
 
-class Graph(Unique):
+class Graph(_Collected):
     """An executable graph (a ``CUgraphExec``), made by :meth:`GraphDefinition.instantiate`.
 
     :meth:`launch` queues it on a stream; :meth:`upload` prepares it;
@@ -1726,18 +1738,6 @@ class Graph(Unique):
             self.close()
         except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
             add_failure_note(exc, failure)
-
-    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
-        # module may be cleared while this object is still alive (S1).
-        if getattr(self, "_closed", True) or _finalizing():
-            return
-        if self._driver is not driver_token():
-            return  # its driver was uninstalled: nothing of it is released here or said (O3)
-        if in_driver_callback():
-            defer(self._collect)  # O5: never call CUDA from the driver's thread
-            return
-        self._collect()
 
     def _collect(self) -> None:
         """Destroy a collected executable graph; failures are warnings (W1)."""

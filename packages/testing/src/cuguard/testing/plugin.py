@@ -238,29 +238,30 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     yield
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    outcome: Any = yield
+def _check_unraisable(item: pytest.Item, outcome: Any, phase: str) -> None:
+    """After a phase: collect, wait for the release thread, fail on what reached the hook meanwhile."""
     watch = item.stash.get(_WATCH_KEY, None)
     if watch is None:
         return
     gc.collect()
     flush_deferred()
     caught, watch.caught = watch.caught, []
-    _fail_on_unraisable(outcome, caught, "call")
+    if phase == "teardown":
+        watch.__exit__()
+        del item.stash[_WATCH_KEY]
+    _fail_on_unraisable(outcome, caught, phase)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    outcome: Any = yield
+    _check_unraisable(item, outcome, "call")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     outcome: Any = yield
-    watch = item.stash.get(_WATCH_KEY, None)
-    if watch is None:
-        return
-    gc.collect()
-    flush_deferred()
-    watch.__exit__()
-    del item.stash[_WATCH_KEY]
-    _fail_on_unraisable(outcome, watch.caught, "teardown")
+    _check_unraisable(item, outcome, "teardown")
 
 
 @pytest.hookimpl(hookwrapper=True)

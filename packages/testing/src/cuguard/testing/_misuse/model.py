@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from cuguard.testing._sweep import registry as _registry
+
 __all__ = [
     "FOREIGN",
     "KERNELS_CU",
@@ -42,21 +44,10 @@ __all__ = [
 #: Size of the buffers the sweep makes by default.
 SIZE = 64
 
-# The one kernel of the sweep: PTX for the simulator (which runs the Python emulation registered by
-# :func:`emulate`), CUDA C++ compiled with NVRTC for a real GPU.
-KERNELS_PTX = b"""
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry fill_u8(.param .u64 out, .param .u32 value, .param .u64 n) { ret; }
-"""
-
-KERNELS_CU = r"""
-extern "C" __global__ void fill_u8(unsigned char* out, unsigned int value, long long n) {
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i < n) out[i] = (unsigned char)value;
-}
-"""
+# The one kernel of the sweep, shared with the failure-point sweep: PTX for the simulator (which runs
+# the Python emulation registered by :func:`emulate`), CUDA C++ compiled with NVRTC for a real GPU.
+KERNELS_PTX = _registry.KERNELS_PTX
+KERNELS_CU = _registry.KERNELS_CU
 
 #: Kinds of cuguard objects the pool holds (the class names), plus the sweep's own
 #: foreign objects that behave like cuguard's inputs.

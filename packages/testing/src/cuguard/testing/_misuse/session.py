@@ -41,28 +41,13 @@ from cuguard.testing._misuse.model import (
     kind_of,
 )
 from cuguard.testing._sim import SimulatedCrash, SimulatedDriver
+from cuguard.testing._sweep.runner import _RELEASE_CALLS
 
 __all__ = ["DriverSlot", "Outcome", "Session"]
 
 
 #: Driver functions whose release failing means the object was leaked on purpose (W5), not left behind (G1).
-RELEASE_CALLS = frozenset(
-    {
-        "cuStreamDestroy",
-        "cuEventDestroy",
-        "cuMemFree",
-        "cuMemFreeAsync",
-        "cuMemFreeHost",
-        "cuModuleUnload",
-        "cuGraphDestroy",
-        "cuGraphExecDestroy",
-        "cuCtxDestroy",
-        "cuDevicePrimaryCtxRelease",
-        "cuUserObjectRelease",
-        "cuGraphReleaseUserObject",
-        "cuGraphDestroyNode",
-    }
-)
+RELEASE_CALLS = _RELEASE_CALLS | {"cuGraphReleaseUserObject", "cuGraphDestroyNode"}
 MAX_POOL = 70
 #: How many steps of its example a violation keeps as its reproducer.
 TRACE = 400
