@@ -52,17 +52,16 @@ _FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _payloads: dict[int, dict[int, object]] = {}
 _tokens = itertools.count(1)
 
-# Bound once, so the destructor does as little as possible (no global lookups of modules).
-_is_finalizing = sys.is_finalizing
 
-
-def _user_object_destructor(user_data: int | None) -> None:
+def _user_object_destructor(user_data: int | None, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
     """The C destructor of every cuguard user object: hand the token to the release thread, nothing else.
 
     Runs on a driver thread or inside a driver call; never calls CUDA, never
-    blocks (the release thread's queue is reentrant and unbounded).
+    blocks (the release thread's queue is reentrant and unbounded). Its
+    finalization guard is bound at definition: module globals may be gone at
+    the end of interpreter shutdown (S1).
     """
-    if _is_finalizing():
+    if _finalizing():
         return
     enter_driver_callback()
     try:
@@ -160,9 +159,9 @@ class HostCallback:
 _callbacks: weakref.WeakValueDictionary[int, HostCallback] = weakref.WeakValueDictionary()
 
 
-def _host_trampoline(user_data: int | None) -> None:
+def _host_trampoline(user_data: int | None, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
     """Run a host-callback node's callable; an exception goes to ``sys.unraisablehook`` (W6)."""
-    if _is_finalizing():
+    if _finalizing():
         return
     enter_driver_callback()  # releases that become due here go to the release thread (O5)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import itertools
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,10 +36,13 @@ _pending_lock = threading.Lock()
 _tokens = itertools.count(1)
 
 
-def _host_trampoline(user_data: int | None) -> None:
+def _host_trampoline(user_data: int | None, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
     # Runs on a driver thread, where CUDA forbids API calls: a release that
     # becomes due here (the entry held the last reference to the stream, or the
-    # callable held a resource) is handed to the release thread (O5).
+    # callable held a resource) is handed to the release thread (O5). Once the
+    # interpreter is finalizing (module globals may be gone), nothing runs (S1).
+    if _finalizing():
+        return
     enter_driver_callback()
     try:
         with _pending_lock:
