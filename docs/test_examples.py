@@ -35,7 +35,7 @@ CLAUSES = [
     *(f"C{i}" for i in range(1, 5)),
     *(f"O{i}" for i in range(1, 7)),
     *(f"S{i}" for i in range(1, 4)),
-    *(f"B{i}" for i in range(1, 6)),
+    *(f"B{i}" for i in range(1, 7)),
 ]
 _FENCE = re.compile(r"^```python\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _TEST_FILE = re.compile(r"#.*?\b(test_\w+\.py)")
