@@ -358,7 +358,14 @@ def docs(session: nox.Session) -> None:
 
     The HTML goes to the session's tmp directory. Arguments after ``--`` go to pytest.
     """
-    _install_local(session, list(PACKAGES.values()), *DOCS_TOOLS, "pytest>=8", "numpy>=1.26")
+    _install_local(
+        session,
+        list(PACKAGES.values()),
+        *DOCS_TOOLS,
+        "pytest>=8",
+        "numpy>=1.26",
+        *COMPILER_LIBRARIES[DEFAULT_BINDINGS_MAJOR],  # the E2 example compiles with NVRTC
+    )
     docs_dir = ROOT / "docs"
     session.run("pytest", "-q", "-p", "no:cacheprovider", str(docs_dir / "test_examples.py"), *session.posargs)
     out = Path(session.create_tmp()) / "docs"
