@@ -175,9 +175,18 @@ def _test_params() -> list[object]:
 @nox.session
 @nox.parametrize(("layer", "bindings"), _test_params())
 def tests(session: nox.Session, layer: str, bindings: int) -> None:
-    """Run one package's tests/ with only that package and the layers below it installed."""
+    """Run one package's tests/ with only that package and the layers below it installed.
+
+    The testing package's tests get every layer: they test the plugin and the sweeps on cuguard
+    programs.
+    """
     package = BY_LAYER[layer]
     wanted = [package.dist] + ([TESTING_DIST] if TESTING_DIST in PACKAGES else [])
+    if layer == "testing":
+        # cuguard-testing itself depends on the errors layer only (import-linter checks that in
+        # lint), but its tests drive every layer through the simulator: the plugin, the leak
+        # checks and the sweeps are tested on real cuguard programs.
+        wanted = [p.dist for p in PACKAGES.values()]
     _install_local(session, _closure(wanted), BINDINGS[bindings], *TEST_TOOLS)
     session.run("python", "-c", "import cuda.bindings; print('cuda-bindings', cuda.bindings.__version__)")
     session.chdir(package.path)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("cuguard.graphs")  # these tests drive every layer
+
 from cuguard.errors import CUDAError, installed_driver
 from cuguard.resources import Device
 from cuguard.testing import FaultProxy, inject, record_calls, simulated_driver
