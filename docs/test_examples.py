@@ -29,7 +29,7 @@ import pytest
 DOCS = Path(__file__).resolve().parent
 PAGES = ["getting-started.md", "contract.md", "testing.md", "coming-from-cuda-core.md"]
 CLAUSES = [
-    *(f"E{i}" for i in range(1, 5)),
+    *(f"E{i}" for i in range(1, 6)),
     *(f"G{i}" for i in range(1, 6)),
     *(f"W{i}" for i in range(1, 7)),
     *(f"C{i}" for i in range(1, 5)),

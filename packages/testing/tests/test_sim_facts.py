@@ -398,8 +398,10 @@ def test_sticky(drv: SimulatedDriver) -> None:
     launch = drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, ((ptr, 4), (None, ctypes.c_uint32)), 0)
     assert launch == (OK,)  # the launch itself succeeds
     bad = R.CUDA_ERROR_ILLEGAL_ADDRESS
-    assert drv.poisoned == bad
+    assert drv.poisoned is None  # the fault surfaces at the next synchronizing call
+    assert drv.cuEventRecord(event, stream) == (OK,)
     assert drv.cuStreamSynchronize(stream) == (bad,)
+    assert drv.poisoned == bad
     assert drv.cuStreamSynchronize(stream) == (bad,)
     assert drv.cuCtxSynchronize() == (bad,)
     assert drv.cuCtxGetCurrent()[0] == OK

@@ -3,7 +3,8 @@
 Public surface:
 
 - exceptions: :class:`CUDAError` (``code``, ``name``, ``description``, ``call``,
-  ``is_sticky``), :class:`CUDADriverNotFoundError`, :class:`NVRTCError`,
+  ``is_sticky``), :class:`StickyCUDAError` (``launch``, ``first_fault``; E5),
+  :class:`CUDADriverNotFoundError`, :class:`NVRTCError`,
   :class:`NVJitLinkError`, :class:`NVVMError`, :class:`ResourceClosedError`,
   :class:`LibraryNotFoundError`;
 - the warning :class:`CUDAWarning` (a ``RuntimeWarning``);
@@ -14,6 +15,8 @@ Public surface:
 - the driver seam: :data:`driver`, :func:`use_driver`, :func:`driver_token`, :func:`install_driver`,
   :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`,
   and what the layers keep per driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
+- sticky faults (E5): :func:`first_sticky_fault`, :func:`forget_sticky_fault`, and fault
+  attribution with :func:`attribute_faults` / ``CUGUARD_ATTRIBUTE_FAULTS=1``, :func:`attributing`;
 - ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
   release thread: :func:`defer`, :func:`flush_deferred`, :func:`deferred_count`, :func:`enter_driver_callback`,
   :func:`exit_driver_callback`, :func:`in_driver_callback`; :func:`wrong_kind`, the message of
@@ -30,6 +33,7 @@ from cuguard.errors._exceptions import NVJitLinkError as NVJitLinkError
 from cuguard.errors._exceptions import NVRTCError as NVRTCError
 from cuguard.errors._exceptions import NVVMError as NVVMError
 from cuguard.errors._exceptions import ResourceClosedError as ResourceClosedError
+from cuguard.errors._exceptions import StickyCUDAError as StickyCUDAError
 from cuguard.errors._ownership import Unique as Unique
 from cuguard.errors._ownership import defer as defer
 from cuguard.errors._ownership import deferred_count as deferred_count
@@ -53,12 +57,16 @@ from cuguard.errors._seam import active_driver as active_driver
 from cuguard.errors._seam import driver as driver
 from cuguard.errors._seam import driver_state as driver_state
 from cuguard.errors._seam import driver_token as driver_token
+from cuguard.errors._seam import first_sticky_fault as first_sticky_fault
 from cuguard.errors._seam import forget_driver as forget_driver
+from cuguard.errors._seam import forget_sticky_fault as forget_sticky_fault
 from cuguard.errors._seam import install_driver as install_driver
 from cuguard.errors._seam import installed_driver as installed_driver
 from cuguard.errors._seam import on_driver_change as on_driver_change
 from cuguard.errors._seam import real_driver as real_driver
 from cuguard.errors._seam import use_driver as use_driver
+from cuguard.errors._sticky import attribute_faults as attribute_faults
+from cuguard.errors._sticky import attributing as attributing
 from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
 from cuguard.errors._table import driver_entry as _driver_entry
 
@@ -73,9 +81,12 @@ __all__ = [
     "NVRTCError",
     "NVVMError",
     "ResourceClosedError",
+    "StickyCUDAError",
     "Unique",
     "active_driver",
     "add_failure_note",
+    "attribute_faults",
+    "attributing",
     "call_unraisable",
     "check",
     "defer",
@@ -87,8 +98,10 @@ __all__ = [
     "error_description",
     "error_name",
     "exit_driver_callback",
+    "first_sticky_fault",
     "flush_deferred",
     "forget_driver",
+    "forget_sticky_fault",
     "format_handle",
     "in_driver_callback",
     "install_driver",

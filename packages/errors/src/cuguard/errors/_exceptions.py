@@ -4,6 +4,7 @@ Exception tree::
 
     Exception
      +-- CUDAError                  a CUDA driver or runtime call returned a failure status
+          +-- StickyCUDAError           a status after which the driver refuses all work (E5)
           +-- CUDADriverNotFoundError   no CUDA driver could be loaded at all
           +-- NVRTCError                 NVRTC (runtime compilation) failed; carries the log
           +-- NVJitLinkError             nvJitLink (JIT linking) failed; carries the log
@@ -32,6 +33,7 @@ __all__ = [
     "NVRTCError",
     "NVVMError",
     "ResourceClosedError",
+    "StickyCUDAError",
 ]
 
 
@@ -79,6 +81,18 @@ class CUDAError(Exception):
     call: str | None
     detail: str | None
 
+    def __new__(cls, code: object = 0, *args: Any, **kwargs: Any) -> CUDAError:
+        # A sticky driver status is always a StickyCUDAError (E5), wherever it is raised.
+        if (
+            cls is CUDAError
+            and type(code).__name__ != "cudaError_t"
+            and not isinstance(code, bool)
+            and isinstance(code, int)
+            and int(code) in _table.STICKY_CODES
+        ):
+            return super().__new__(StickyCUDAError)
+        return super().__new__(cls)
+
     def __init__(self, code: object, call: str | None = None, detail: str | None = None) -> None:
         value = _status_code(code)
         if type(code).__name__ == "cudaError_t":
@@ -113,6 +127,52 @@ class CUDAError(Exception):
 
     def __str__(self) -> str:
         return self._render()
+
+
+class StickyCUDAError(CUDAError):
+    """A sticky status: after it the driver refuses all work in this process (contract E5).
+
+    ``CUDAError(code, ...)`` with a sticky driver code (``CUDA_ERROR_ILLEGAL_ADDRESS``,
+    ``CUDA_ERROR_LAUNCH_FAILED``...) makes one of these, so ``except CUDAError``
+    still catches it. cuguard keeps the first sticky fault each driver reported
+    (:func:`~cuguard.errors.first_sticky_fault`):
+
+    - ``launch``: the kernel or graph launch the fault is attributed to, when
+      known (fault attribution: :func:`~cuguard.errors.attribute_faults`);
+    - ``first_fault``: on every later sticky error of the same driver, what the
+      first fault was (its call and, when known, its launch), so the first cause
+      is never lost behind later symptoms; ``None`` on the first one itself.
+
+    Nothing is retried: every later call still asks the driver, which answers
+    with the same status.
+    """
+
+    launch: str | None
+    first_fault: str | None
+
+    def __init__(
+        self, code: object, call: str | None = None, detail: str | None = None, *, launch: str | None = None
+    ) -> None:
+        self.launch = launch
+        self.first_fault = None
+        super().__init__(code, call, detail)
+        from cuguard.errors._seam import record_sticky_fault
+
+        self.first_fault = record_sticky_fault(self._own_text())
+        self.args = (self._render(),)
+
+    def _own_text(self) -> str:
+        head = f"{self.call} failed with {self.name}" if self.call else self.name
+        return f"{head}, raised by {self.launch}" if self.launch else head
+
+    def _render(self) -> str:
+        text = super()._render()
+        if getattr(self, "launch", None):
+            text = f"{text}; the fault was raised by {self.launch}"
+        first = getattr(self, "first_fault", None)
+        if first:
+            text = f"{text}; the driver refuses all work since the first fault: {first}"
+        return text
 
 
 class CUDADriverNotFoundError(CUDAError):

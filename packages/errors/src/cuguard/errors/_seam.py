@@ -32,11 +32,14 @@ __all__ = [
     "driver",
     "driver_state",
     "driver_token",
+    "first_sticky_fault",
     "forget_driver",
+    "forget_sticky_fault",
     "install_driver",
     "installed_driver",
     "on_driver_change",
     "real_driver",
+    "record_sticky_fault",
     "use_driver",
 ]
 
@@ -222,6 +225,47 @@ def driver_state() -> dict[str, Any]:
         with _lock:
             state = _states.setdefault(_token, {})
     return state
+
+
+_FIRST_FAULT = "first sticky fault"
+
+
+def record_sticky_fault(text: str) -> str | None:
+    """Record ``text`` as the first sticky fault of the driver behind the seam, unless one is recorded.
+
+    Returns ``None`` when ``text`` became the first, else the first fault's text.
+    Nothing is recorded while no driver exists (the real one not loaded and none
+    installed): an error built by hand is not a fault of any driver. Never raises.
+    """
+    if _token is _REAL_TOKEN and _real is None:
+        return None
+    state = driver_state()
+    with _lock:
+        first = state.get(_FIRST_FAULT)
+        if first is None:
+            state[_FIRST_FAULT] = text
+    return first
+
+
+def first_sticky_fault() -> str | None:
+    """The first sticky fault the driver behind the seam reported to cuguard, or ``None``.
+
+    A text naming its call and, when known, the launch that caused it
+    (see :class:`~cuguard.errors.StickyCUDAError`). Never raises.
+    """
+    state = _states.get(_token)
+    return None if state is None else state.get(_FIRST_FAULT)
+
+
+def forget_sticky_fault() -> None:
+    """Forget the first sticky fault of the driver behind the seam.
+
+    For fault injection only: a sticky status that a fault plan made up ends
+    with the plan. A real driver never recovers from a sticky fault. Never raises.
+    """
+    state = _states.get(_token)
+    if state is not None:
+        state.pop(_FIRST_FAULT, None)
 
 
 def forget_driver(token: Any) -> None:

@@ -22,6 +22,7 @@ from cuguard.errors import (
     ResourceClosedError,
     Unique,
     add_failure_note,
+    attributing,
     defer,
     driver,
     driver_token,
@@ -34,7 +35,18 @@ from cuguard.errors import (
     wrong_kind,
 )
 from cuguard.graphs import _compat, _lifetime
-from cuguard.resources import Buffer, Device, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, as_stream, pack_args
+from cuguard.resources import (
+    Buffer,
+    Device,
+    Event,
+    Kernel,
+    LaunchConfig,
+    PinnedBuffer,
+    Stream,
+    as_stream,
+    pack_args,
+    wait_attributed,
+)
 
 __all__ = ["Graph", "GraphDefinition", "GraphUpdateError", "Node"]
 
@@ -1645,7 +1657,12 @@ class Graph(_Collected):
         return f"<Graph {format_handle(self._int)}{state}>"
 
     def launch(self, stream: Stream) -> None:
-        """Queue one run of the graph on ``stream``; raises :class:`~cuguard.errors.CUDAError` if refused."""
+        """Queue one run of the graph on ``stream``; raises :class:`~cuguard.errors.CUDAError` if refused.
+
+        With fault attribution on (:func:`~cuguard.errors.attribute_faults`) it waits
+        for the run, and a kernel fault inside it raises
+        :class:`~cuguard.errors.StickyCUDAError` naming this launch.
+        """
         self._check_open()
         if type(stream) is not Stream:
             stream = as_stream(stream)
@@ -1653,6 +1670,11 @@ class Graph(_Collected):
         (err,) = driver.cuGraphLaunch(self._handle, hstream)
         if err:
             raise_status(err, "cuGraphLaunch")
+        if attributing():
+            kinds = self._signature[0]
+            wait_attributed(
+                stream, lambda: f"the launch of executable graph {format_handle(self._int)} ({len(kinds)} nodes)"
+            )
 
     def upload(self, stream: Stream) -> None:
         """Upload the graph's work to the device ahead of a launch, ordered on ``stream``.

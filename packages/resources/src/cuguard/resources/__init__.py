@@ -27,9 +27,11 @@ from cuguard.resources._module import Kernel as Kernel
 from cuguard.resources._module import LaunchConfig as LaunchConfig
 from cuguard.resources._module import Module as Module
 from cuguard.resources._module import Program as Program
+from cuguard.resources._module import describe_launch as describe_launch
 from cuguard.resources._module import launch as launch
 from cuguard.resources._module import link as link
 from cuguard.resources._module import pack_args as pack_args
+from cuguard.resources._module import wait_attributed as wait_attributed
 from cuguard.resources._stream import Event as Event
 from cuguard.resources._stream import Stream as Stream
 from cuguard.resources._stream import as_stream as as_stream
@@ -46,9 +48,11 @@ __all__ = [
     "Resource",
     "Stream",
     "as_stream",
+    "describe_launch",
     "launch",
     "link",
     "pack_args",
+    "wait_attributed",
 ]
 
 __version__ = "0.1.0"

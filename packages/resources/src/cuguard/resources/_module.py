@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,9 +13,13 @@ from cuguard.errors import (
     LibraryNotFoundError,
     NVJitLinkError,
     NVRTCError,
+    StickyCUDAError,
     Unique,
     add_failure_note,
+    attributing,
     driver,
+    format_handle,
+    is_sticky,
     raise_status,
     refuse_construction,
     report_error,
@@ -397,7 +401,10 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
 
     Raises :class:`~cuguard.errors.CUDAError` if the launch is refused (a bad
     configuration, a sticky error...); nothing was queued then. A fault inside
-    the kernel surfaces later, at a synchronization.
+    the kernel surfaces later, at a synchronization, as a
+    :class:`~cuguard.errors.StickyCUDAError` naming the first fault; with fault
+    attribution on (:func:`~cuguard.errors.attribute_faults`), this call waits
+    for the kernel and raises that error itself, naming this launch.
     """
     if type(config) is not LaunchConfig and not isinstance(config, LaunchConfig):
         raise wrong_kind("config", "a LaunchConfig", config)
@@ -414,3 +421,33 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
     (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
     if err:
         raise_status(err, "cuLaunchKernel")
+    if attributing():
+        wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
+
+
+def describe_launch(name: str, config: LaunchConfig, args: Sequence[Any]) -> str:
+    """``kernel 'name' (grid (g), block (b), args (...))``: what fault attribution names."""
+    shown = ", ".join(_describe_arg(arg) for arg in args[:8]) + (", ..." if len(args) > 8 else "")
+    dims = config.dims()
+    return f"the launch of kernel {name!r} (grid {dims[:3]}, block {dims[3:]}, args ({shown}))"
+
+
+def _describe_arg(arg: Any) -> str:
+    if isinstance(arg, Buffer):
+        return f"Buffer {format_handle(arg._handle)} of {arg._size} bytes"
+    if isinstance(arg, PinnedBuffer):
+        return f"PinnedBuffer {format_handle(arg._handle)} of {arg._size} bytes"
+    text = repr(arg)
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+def wait_attributed(stream: Stream, describe: Callable[[], str]) -> None:
+    """Fault attribution (E5): wait for ``stream``; a sticky fault is raised naming ``describe()``.
+
+    Any other failure of the wait is raised as it is (:class:`~cuguard.errors.CUDAError`).
+    """
+    (err,) = driver.cuStreamSynchronize(stream._handle)
+    if err:
+        if is_sticky(err):
+            raise StickyCUDAError(err, "cuStreamSynchronize", launch=describe())
+        raise_status(err, "cuStreamSynchronize")

@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from cuguard.errors import RESTORE_CONTEXT, active_driver, install_driver, installed_driver
+from cuguard.errors import (
+    RESTORE_CONTEXT,
+    active_driver,
+    first_sticky_fault,
+    forget_sticky_fault,
+    install_driver,
+    installed_driver,
+    is_sticky,
+)
 from cuguard.testing._sim.facts import STICKY_EXEMPT
 
 __all__ = [
@@ -310,12 +318,17 @@ def _plan(plan: FaultPlan) -> Iterator[FaultPlan]:
     with proxy._lock:
         proxy.plans.append(plan)
         proxy._refresh()
+    fault_before = first_sticky_fault()
     try:
         yield plan
     finally:
         with proxy._lock:
             proxy.plans.remove(plan)
             proxy._refresh()
+        if plan.fired and is_sticky(plan.code) and fault_before is None and first_sticky_fault() is not None:
+            # The sticky status was made up by this plan and ends with it: it is not the
+            # driver's first fault (E5), which later errors would otherwise name.
+            forget_sticky_fault()
         _release(proxy)
 
 

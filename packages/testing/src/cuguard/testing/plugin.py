@@ -16,6 +16,11 @@
 - ``@pytest.mark.contract("G1", ...)`` names the contract clauses a test proves;
   the end of the run prints which clauses were exercised, on which driver, and
   ``--cuguard-summary=FILE`` writes the same as JSON.
+- Sticky faults on the real driver (E5): the test after which the driver is sticky
+  fails with the first fault (its call, and the launch that caused it when fault
+  attribution is on); every later test that uses the real driver in the same
+  process is reported as an error naming that test and fault, since nothing can
+  run on that driver any more.
 - ``@pytest.mark.leak_check`` (or ``--cuguard-leak-check`` for every test)
   fails a test that leaves driver objects behind, on either driver.
 """
@@ -31,7 +36,15 @@ from typing import Any
 
 import pytest
 
-from cuguard.errors import CUDADriverNotFoundError, CUDAError, CUDAWarning, flush_deferred, real_driver
+from cuguard.errors import (
+    CUDADriverNotFoundError,
+    CUDAError,
+    CUDAWarning,
+    first_sticky_fault,
+    flush_deferred,
+    is_sticky,
+    real_driver,
+)
 from cuguard.testing import _faults
 from cuguard.testing._sim import SimulatedDriver, nothing_left_behind, simulated_driver
 
@@ -173,10 +186,25 @@ def cuguard_driver(request: pytest.FixtureRequest) -> Iterator[Any]:
     reason = _real_unavailable()
     if reason is not None:
         pytest.skip(f"real CUDA driver unavailable: {reason}")
+    poisoned = _REAL_STATE.get("poisoned")
+    if poisoned is not None:
+        culprit, first = poisoned
+        pytest.fail(
+            f"the CUDA driver of this process is unusable since {culprit} caused a sticky fault ({first}); "
+            "nothing can run on it any more: run the remaining tests in a new process",
+            pytrace=False,
+        )
     proxy = _faults._acquire()
     try:
         before = proxy.live_objects()
         yield proxy.inner
+        first = first_sticky_fault()
+        made_up = any(plan.fired and is_sticky(plan.code) for plan in proxy.plans)  # a fault plan's, not the GPU's
+        if first is not None and not made_up:
+            # E5: the test that made the driver sticky fails with the first fault, and the
+            # tests after it are errors that name it, instead of a cascade of failures.
+            _REAL_STATE["poisoned"] = (request.node.nodeid, first)
+            pytest.fail(f"this test left the CUDA driver unusable with a sticky fault: {first}", pytrace=False)
         if _leak_check_wanted(request):
             created = _faults.left_behind(before, proxy.live_objects())
             assert not created, f"driver objects left behind: {created}"

@@ -31,7 +31,7 @@ from cuguard.testing._sim.facts import DRIVER_VERSION, PRE_INIT_CALLS, STICKY_EX
 from cuguard.testing._sim.state import Alloc, Ctx, Event, Function, Module, Op, Stream
 from cuguard.testing._sim.worker import Worker
 
-__all__ = ["DEVICE_BASE", "SimCore", "Status", "api"]
+__all__ = ["DEVICE_BASE", "SYNCHRONIZING_CALLS", "SimCore", "Status", "api"]
 
 R = cb.CUresult
 SUCCESS = R.CUDA_SUCCESS
@@ -46,6 +46,28 @@ DEVICE_BASE = 1 << 48
 _HANDLE_BASE = 1 << 47  # above user space, below device addresses: never a host address
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 NOT_PERMITTED = R.CUDA_ERROR_NOT_PERMITTED
+#: Calls at which a pending kernel fault surfaces (they wait for the GPU, or are synchronous).
+SYNCHRONIZING_CALLS = frozenset(
+    {
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "cuStreamQuery",
+        "cuEventQuery",
+        "cuMemcpyHtoD",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoD",
+        "cuMemcpy",
+        "cuMemsetD8",
+        "cuMemsetD16",
+        "cuMemsetD32",
+        "cuMemFree",
+        "cuMemFreeHost",
+        "cuModuleUnload",
+        "cuCtxDestroy",
+        "cuDevicePrimaryCtxRelease",
+    }
+)
 #: Calls that read static tables and so answer even inside a host function.
 _CALLBACK_SAFE = frozenset({"cuGetErrorName", "cuGetErrorString"})
 
@@ -300,6 +322,7 @@ class SimCore:
         self._tls = threading.local()
         self._initialized = initialized
         self._poison: Any = None
+        self._pending_fault: Any = None  # a kernel fault not yet surfaced (see SYNCHRONIZING_CALLS)
         self._gated = not initialized
         self._worker = Worker("cuguard-sim-driver")
         self._destructors_on_driver_thread = destructors_on_driver_thread
@@ -353,9 +376,20 @@ class SimCore:
     def _gate_code(self, name: str) -> Any:
         if not self._initialized and name not in PRE_INIT_CALLS:
             return R.CUDA_ERROR_NOT_INITIALIZED
+        pending = self._pending_fault
+        if pending is not None and name in SYNCHRONIZING_CALLS:
+            # A kernel fault surfaces at the next synchronizing call, as on a real GPU;
+            # from then on the driver refuses all work.
+            with self._lock:
+                if self._pending_fault is not None:
+                    self._poison = self._pending_fault
+                    self._pending_fault = None
         if self._poison is not None and name not in STICKY_EXEMPT:
             return self._poison
         return None
+
+    def _regate(self) -> None:
+        self._gated = not self._initialized or self._poison is not None or self._pending_fault is not None
 
     def _handle(self) -> int:
         return next(_handle_counter)
@@ -453,7 +487,23 @@ class SimCore:
         """
         with self._lock:
             self._poison = None if code is None else R(int(code))
-            self._gated = not self._initialized or self._poison is not None
+            if code is None:
+                self._pending_fault = None
+            self._regate()
+
+    def fault_later(self, code: Any = R.CUDA_ERROR_ILLEGAL_ADDRESS) -> None:
+        """A kernel fault that surfaces at the next synchronizing call, as on a real GPU.
+
+        Calls go on succeeding until one of :data:`SYNCHRONIZING_CALLS` (a stream,
+        event or context synchronization, a synchronous copy or free...) is made:
+        that call returns ``code``, and from then on the driver is sticky
+        (:meth:`poison`). Kernels queued meanwhile do not run. This is what a
+        kernel emulation's :meth:`fault` does.
+        """
+        with self._lock:
+            if self._poison is None and self._pending_fault is None:
+                self._pending_fault = R(int(code))
+            self._regate()
 
     def register_kernel(self, name: str, fn: Callable[..., Any], argtypes: Any = None) -> None:
         """Run ``fn(sim, *args)`` whenever a kernel named ``name`` executes.
@@ -511,8 +561,9 @@ class SimCore:
         """Fault like a GPU: make the driver sticky with ``code``.
 
         Inside a kernel emulation this raises :class:`SimulatedFault` to end
-        the kernel (the launch machinery turns it into the sticky state);
-        elsewhere it makes the driver sticky at once.
+        the kernel; the fault then surfaces at the next synchronizing call, as
+        on a real GPU (:meth:`fault_later`). Elsewhere it makes the driver
+        sticky at once.
         """
         if getattr(self._tls, "in_kernel", False):
             raise SimulatedFault(int(code), f"kernel faulted with {error_name(int(code))}")
@@ -663,7 +714,7 @@ class SimCore:
         if int(Flags) != 0:
             raise Status(INVALID_VALUE)
         self._initialized = True
-        self._gated = self._poison is not None
+        self._regate()
         return OK
 
     @api(1, locked=False)
@@ -1579,23 +1630,23 @@ class SimCore:
     def _kernel_runner(self, fn: Function, args: tuple[Any, ...], launch: dict[str, Any]) -> Callable[[], None]:
         def run() -> None:
             registered = self._kernels.get(fn.name)
-            if registered is None or self._poison is not None:
+            if registered is None or self._poison is not None or self._pending_fault is not None:
                 return
             self._tls.in_kernel = True
             self.current_launch = launch
             try:
                 result = registered[0](self, *args)
             except SimulatedFault as exc:
-                self.poison(exc.code)
+                self.fault_later(exc.code)
                 return
             except Exception as exc:  # noqa: BLE001 - any emulation failure is a failed launch
                 self.kernel_errors.append(exc)
-                self.poison(R.CUDA_ERROR_LAUNCH_FAILED)
+                self.fault_later(R.CUDA_ERROR_LAUNCH_FAILED)
                 return
             finally:
                 self._tls.in_kernel = False
             if result is not None and int(result) != 0:
-                self.poison(result)
+                self.fault_later(result)
 
         return run
 

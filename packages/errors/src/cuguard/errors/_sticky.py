@@ -1,0 +1,49 @@
+"""Fault attribution (contract E5): which launch caused a sticky fault.
+
+A kernel fault surfaces later, at some unrelated call. With attribution on,
+cuguard waits for every kernel and graph launch right after queuing it
+(``cuStreamSynchronize`` on the launch's stream), so a fault surfaces at the
+launch that caused it, and the :class:`~cuguard.errors.StickyCUDAError` names
+the kernel, its grid and block and a summary of its arguments. Every launch
+becomes synchronous: it is for finding a fault, not for production.
+
+Turn it on for the whole process with the environment variable
+``CUGUARD_ATTRIBUTE_FAULTS=1`` (read when cuguard is imported), or for a block
+with :func:`attribute_faults`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["attribute_faults", "attributing"]
+
+#: Read by the launch paths on every launch: a list, so the hot path is one index.
+ON = [os.environ.get("CUGUARD_ATTRIBUTE_FAULTS", "").strip().lower() not in ("", "0", "false", "no", "off")]
+_lock = threading.Lock()
+
+
+def attributing() -> bool:
+    """Whether fault attribution is on now (see :func:`attribute_faults`)."""
+    return ON[0]
+
+
+@contextmanager
+def attribute_faults(enabled: bool = True) -> Iterator[None]:
+    """Turn fault attribution on (or off, with ``enabled=False``) inside the ``with`` block.
+
+    Process-wide, like the installed driver: launches from every thread are
+    attributed while the block runs. The previous setting comes back on exit,
+    also when the block raises. Never raises itself.
+    """
+    with _lock:
+        previous = ON[0]
+        ON[0] = bool(enabled)
+    try:
+        yield
+    finally:
+        with _lock:
+            ON[0] = previous
