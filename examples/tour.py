@@ -19,7 +19,7 @@ import numpy as np
 
 from cuguard.context import Context
 from cuguard.errors import CUDADriverNotFoundError, CUDAError, CUDAWarning
-from cuguard.resources import Device, LaunchConfig, Program, launch
+from cuguard.resources import Device, LaunchConfig, Module, Program, launch
 from cuguard.testing import inject, simulated_driver
 
 SOURCE = r"""
@@ -98,16 +98,16 @@ def main() -> None:
         print(f"context unchanged: {Context.current() == other}")
 
         section("A resource collected after its context was destroyed is leaked and reported")
-        ctx = dev.context
-        ctx.close()  # the primary context is released under the stream's feet
+        stream.close()
+        module = Module.load(other, image)  # loaded into the context made above
+        other.close()  # the context is destroyed under the module's feet
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", CUDAWarning)
-            del stream
+            del module
             gc.collect()
         for warning in caught:
             print(f"{warning.category.__name__}: {warning.message}")
-        print("the process is still alive; the stream was never released into a destroyed context")
-        other.close()
+        print("the process is still alive; the module was never unloaded from a destroyed context")
 
 
 if __name__ == "__main__":

@@ -1769,9 +1769,9 @@ class Graph(_Collected):
         context = self._context
         if context is not None and context._closed:
             report_error(
-                ResourceClosedError(f"its context {context!r} was closed before it"),
+                ResourceClosedError(f"executable graph not released: its context {context!r} was closed before it"),
                 self._handle,
-                "the executable graph was leaked",
+                "it was leaked",
             )
             return
         try:

@@ -221,9 +221,9 @@ class Resource(Unique):
         self._closed = True
         if context._closed:
             report_error(
-                ResourceClosedError(f"its context {context!r} was closed before it"),
+                ResourceClosedError(f"{self._what} not released: its context {context!r} was closed before it"),
                 self._handle,
-                f"the {self._what} was leaked",
+                "it was leaked",
             )
             return
         try:
