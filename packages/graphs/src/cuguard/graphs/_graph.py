@@ -892,6 +892,8 @@ class GraphDefinition(_Collected):
             if key not in self._owners:
                 self._owners[key] = owner
                 added.append(key)
+                if type(owner) is Buffer or type(owner) is PinnedBuffer:
+                    owner._graph_used = True  # its close() now asks whether a graph still uses it (W5)
         return attached, added
 
     def _unretain(self, retained: tuple[Any, list[int]], exc: BaseException) -> None:

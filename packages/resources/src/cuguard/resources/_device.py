@@ -297,6 +297,7 @@ class Device:
             buf._device = self._ordinal
             buf._size = size
             buf._stream = stream
+            buf._graph_used = False
             buf._closed = False
             return buf
         return Buffer._allocate(context, self._ordinal, size)

@@ -86,8 +86,9 @@ def _host_view(obj: Any, param: str) -> memoryview:
     return view
 
 
-#: Checks run by an explicit close() of memory: each returns why the memory must not be freed
-#: now (a CUDA graph that may still run uses it), or None. The graphs layer registers one.
+#: Checks run by an explicit close() of memory that a graph node ever used (``_graph_used``, set
+#: by the graphs layer): each returns why the memory must not be freed now (a CUDA graph that
+#: may still run uses it), or None. The graphs layer registers one.
 _close_guards: list[Callable[[Any], str | None]] = []
 
 
@@ -111,7 +112,8 @@ class Buffer(Resource):
     releases it.
     """
 
-    __slots__ = ("_device", "_release_deferred", "_size", "_stream")
+    __slots__ = ("_device", "_graph_used", "_release_deferred", "_size", "_stream")
+    _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "device memory"
     _factory = "Device.allocate()"
     _device: int
@@ -128,6 +130,7 @@ class Buffer(Resource):
         self._device = device
         self._size = size
         self._stream = None
+        self._graph_used = False
         return self
 
     @property
@@ -165,7 +168,7 @@ class Buffer(Resource):
         if self._context._closed:
             self._context_gone()
             return
-        if _close_guards and _in_use(self):
+        if self._graph_used and _in_use(self):
             # A graph CUDA may still run uses the memory: never free it under the graph (W5).
             # The buffer is closed for use now; its memory is freed when the graph lets go of it.
             self._release_deferred = True
@@ -363,7 +366,8 @@ class PinnedBuffer(Resource):
     memory.
     """
 
-    __slots__ = ("_release_deferred", "_size", "_views")
+    __slots__ = ("_graph_used", "_release_deferred", "_size", "_views")
+    _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "pinned host memory"
     _factory = "Device.allocate_pinned()"
     _size: int
@@ -377,6 +381,7 @@ class PinnedBuffer(Resource):
         self._init(address, context)
         self._size = size
         self._views = []
+        self._graph_used = False
         return self
 
     @property
@@ -413,7 +418,7 @@ class PinnedBuffer(Resource):
         if not self._closed:
             if any(ref() is not None for ref in self._views):
                 raise BufferError(f"{self!r} still has live NumPy views; delete them before closing")
-            if _close_guards and not self._context._closed and _in_use(self):
+            if self._graph_used and not self._context._closed and _in_use(self):
                 self._release_deferred = True  # freed when the graph lets go of it (W5)
                 self._closed = True
                 return
