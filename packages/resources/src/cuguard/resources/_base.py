@@ -49,6 +49,9 @@ class Resource(Unique):
     __slots__ = ("__weakref__", "_closed", "_context", "_handle", "_owned")
 
     _what: ClassVar[str] = "resource"
+    # Memory whose close() waits for a graph to let go has a slot of this name (W5); for every
+    # other resource this class attribute answers, with no per-object cost.
+    _release_deferred: bool = False
     _factory: ClassVar[str] = "the methods of Device (create_stream, create_event, allocate, ...)"
     _handle: Any
     _context: Context
@@ -192,10 +195,10 @@ class Resource(Unique):
         # module may be cleared while this object is still alive (S1).
         try:
             if self._closed:
-                if not getattr(self, "_release_deferred", False):
+                if not self._release_deferred:
                     return
                 # close() deferred the release until a graph let go of the object (W5): now.
-                self._release_deferred = False  # type: ignore[misc]
+                self._release_deferred = False  # type: ignore[misc]  # only memory, which has the slot, gets here
                 self._closed = False
         except AttributeError:  # construction never finished: nothing to release
             return

@@ -298,6 +298,7 @@ class Device:
             buf._size = size
             buf._stream = stream
             buf._graph_used = False
+            buf._release_deferred = False
             buf._closed = False
             return buf
         return Buffer._allocate(context, self._ordinal, size)

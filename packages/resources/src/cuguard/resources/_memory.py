@@ -131,6 +131,7 @@ class Buffer(Resource):
         self._size = size
         self._stream = None
         self._graph_used = False
+        self._release_deferred = False
         return self
 
     @property
@@ -382,6 +383,7 @@ class PinnedBuffer(Resource):
         self._size = size
         self._views = []
         self._graph_used = False
+        self._release_deferred = False
         return self
 
     @property
