@@ -118,3 +118,21 @@ def test_the_environment_variable_turns_attribution_on() -> None:
     env["CUGUARD_ATTRIBUTE_FAULTS"] = "0"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.contract("E3")
+def test_the_attribution_helpers_refuse_wrong_arguments_before_the_driver(sim: SimulatedDriver) -> None:
+    from cuguard.errors import ResourceClosedError
+    from cuguard.resources import describe_launch, wait_attributed
+    from cuguard.testing import record_calls
+
+    stream = Device(0).create_stream()
+    stream.close()
+    with record_calls() as log:
+        with pytest.raises(TypeError, match="stream must be a Stream"):
+            wait_attributed(None, lambda: "x")  # type: ignore[arg-type]
+        with pytest.raises(ResourceClosedError):
+            wait_attributed(stream, lambda: "x")
+        with pytest.raises(TypeError, match="config must be a LaunchConfig"):
+            describe_launch("k", None, ())  # type: ignore[arg-type]
+    assert log == []

@@ -426,7 +426,16 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
 
 
 def describe_launch(name: str, config: LaunchConfig, args: Sequence[Any]) -> str:
-    """``kernel 'name' (grid (g), block (b), args (...))``: what fault attribution names."""
+    """``kernel 'name' (grid (g), block (b), args (...))``: what fault attribution names.
+
+    ``TypeError`` for a ``name`` that is not a str or a ``config`` that is not a
+    :class:`LaunchConfig`; never touches the driver.
+    """
+    if not isinstance(name, str):
+        raise wrong_kind("name", "a str", name)
+    if not isinstance(config, LaunchConfig):
+        raise wrong_kind("config", "a LaunchConfig", config)
+    args = tuple(args)
     shown = ", ".join(_describe_arg(arg) for arg in args[:8]) + (", ..." if len(args) > 8 else "")
     dims = config.dims()
     return f"the launch of kernel {name!r} (grid {dims[:3]}, block {dims[3:]}, args ({shown}))"
@@ -445,8 +454,15 @@ def wait_attributed(stream: Stream, describe: Callable[[], str]) -> None:
     """Fault attribution (E5): wait for ``stream``; a sticky fault is raised naming ``describe()``.
 
     Any other failure of the wait is raised as it is (:class:`~cuguard.errors.CUDAError`).
+    ``stream`` is a :class:`Stream` or any ``__cuda_stream__`` object (``TypeError`` otherwise,
+    ``ResourceClosedError`` for one that refuses use); ``describe`` must be callable.
     """
-    (err,) = driver.cuStreamSynchronize(stream._handle)
+    if type(stream) is not Stream:
+        stream = as_stream(stream)
+    if not callable(describe):
+        raise wrong_kind("describe", "a callable returning the launch's description", describe)
+    handle = stream.handle  # refuses a closed stream, or one of another driver, before the driver
+    (err,) = driver.cuStreamSynchronize(handle)
     if err:
         if is_sticky(err):
             raise StickyCUDAError(err, "cuStreamSynchronize", launch=describe())
