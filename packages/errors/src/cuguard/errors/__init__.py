@@ -14,6 +14,8 @@ Public surface:
   :func:`call_unraisable`, :func:`internal_error`, :func:`format_handle`;
 - the driver seam: :data:`driver`, :func:`use_driver`, :func:`driver_token`, :func:`install_driver`,
   :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`,
+  the process's default driver chosen with ``CUGUARD_DRIVER`` (:data:`DRIVER_VARIABLE`,
+  :func:`default_driver_choice`),
   and what the layers keep per driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
 - sticky faults (E5): :func:`first_sticky_fault`, :func:`forget_sticky_fault`, and fault
   attribution with :func:`attribute_faults` / ``CUGUARD_ATTRIBUTE_FAULTS=1``, :func:`attributing`;
@@ -51,9 +53,11 @@ from cuguard.errors._report import internal_error as internal_error
 from cuguard.errors._report import raise_status as raise_status
 from cuguard.errors._report import report as report
 from cuguard.errors._report import report_error as report_error
+from cuguard.errors._seam import DRIVER_VARIABLE as DRIVER_VARIABLE
 from cuguard.errors._seam import RESTORE_CONTEXT as RESTORE_CONTEXT
 from cuguard.errors._seam import DriverSeam as DriverSeam
 from cuguard.errors._seam import active_driver as active_driver
+from cuguard.errors._seam import default_driver_choice as default_driver_choice
 from cuguard.errors._seam import driver as driver
 from cuguard.errors._seam import driver_state as driver_state
 from cuguard.errors._seam import driver_token as driver_token
@@ -71,6 +75,7 @@ from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
 from cuguard.errors._table import driver_entry as _driver_entry
 
 __all__ = [
+    "DRIVER_VARIABLE",
     "RESTORE_CONTEXT",
     "CUDADriverNotFoundError",
     "CUDAError",
@@ -90,6 +95,7 @@ __all__ = [
     "call_unraisable",
     "check",
     "defer",
+    "default_driver_choice",
     "deferred_count",
     "driver",
     "driver_state",

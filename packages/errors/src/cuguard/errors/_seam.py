@@ -13,19 +13,29 @@ installing a driver clears the cache.
 The installed driver is process-wide (CUDA calls callbacks on its own threads,
 which must reach the same driver). Install and remove drivers while no other
 thread is making CUDA calls.
+
+The process's default driver is chosen by the ``CUGUARD_DRIVER`` environment
+variable, read once, at the first driver use: ``real`` (or unset) is
+``cuda.bindings.driver``; any other name is a driver provider registered under
+the ``cuguard.drivers`` entry-point group (cuguard-testing registers ``sim``,
+the simulated driver, sized by ``CUGUARD_SIM_DEVICES``). A provider's driver is
+installed as if with :func:`install_driver` and stays for the whole process:
+installing ``None`` later returns to it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from cuguard.errors._exceptions import CUDADriverNotFoundError, CUDAError
 
 __all__ = [
+    "DRIVER_VARIABLE",
     "RESTORE_CONTEXT",
     "DriverSeam",
     "active_driver",
@@ -35,6 +45,7 @@ __all__ = [
     "first_sticky_fault",
     "forget_driver",
     "forget_sticky_fault",
+    "default_driver_choice",
     "install_driver",
     "installed_driver",
     "on_driver_change",
@@ -56,6 +67,65 @@ _REAL_TOKEN = object()
 _token: Any = _REAL_TOKEN
 _states: dict[Any, dict[str, Any]] = {}
 _listeners: list[Callable[[Any], None]] = []
+#: ``CUGUARD_DRIVER`` not read yet (it is read at the first driver use).
+_choice_pending = True
+#: The driver a provider named by ``CUGUARD_DRIVER`` made (``None``: the real driver is the default).
+_default: Any = None
+
+#: The environment variable that chooses the process's default driver (see the module's docstring).
+DRIVER_VARIABLE = "CUGUARD_DRIVER"
+PROVIDER_GROUP = "cuguard.drivers"
+
+
+def default_driver_choice() -> str:
+    """The default driver's name from ``CUGUARD_DRIVER``: ``"real"`` when unset or empty. Never raises."""
+    return os.environ.get(DRIVER_VARIABLE, "").strip().lower() or "real"
+
+
+def _provided_driver(choice: str) -> Any:
+    """Make the driver the provider ``choice`` of the ``cuguard.drivers`` entry points makes."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group=PROVIDER_GROUP) if ep.name == choice]
+    if not found:
+        known = sorted({ep.name for ep in entry_points(group=PROVIDER_GROUP)} | {"real"})
+        hint = " (install cuguard-testing for the simulated driver)" if choice == "sim" else ""
+        raise CUDADriverNotFoundError(f"{DRIVER_VARIABLE}={choice!r} names no driver{hint}; known: {', '.join(known)}")
+    try:
+        return found[0].load()()
+    except CUDADriverNotFoundError:
+        raise
+    except Exception as exc:
+        raise CUDADriverNotFoundError(
+            f"the {choice!r} driver named by {DRIVER_VARIABLE} could not be made: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _resolve_default() -> None:
+    """Read ``CUGUARD_DRIVER`` (once) and install the driver it names, unless it is the real one.
+
+    Raises :class:`CUDADriverNotFoundError` when it names no known driver; the
+    variable is read again at the next driver use then. Calls made while the
+    provider builds its driver go to the real driver's path (none are expected).
+    """
+    global _choice_pending, _default
+    with _choice_lock:
+        if not _choice_pending or _resolving:
+            return
+        _resolving.append(True)
+        try:
+            choice = default_driver_choice()
+            made = None if choice == "real" else _provided_driver(choice)
+        finally:
+            _resolving.clear()
+        _default = made
+        _choice_pending = False
+        if made is not None and _active is None:
+            install_driver(made)
+
+
+_choice_lock = threading.RLock()
+_resolving: list[bool] = []
 
 
 def real_driver() -> Any:
@@ -72,13 +142,17 @@ def real_driver() -> Any:
             try:
                 from cuda.bindings import driver as module
             except ImportError as exc:
-                raise CUDADriverNotFoundError(f"cuda-bindings could not be imported ({exc})") from None
+                raise CUDADriverNotFoundError(
+                    f"cuda-bindings could not be imported ({exc}); to run on cuguard's simulated driver "
+                    f"instead, set {DRIVER_VARIABLE}=sim (with cuguard-testing installed)"
+                ) from None
             try:
                 module.cuDriverGetVersion()
             except RuntimeError as exc:
                 raise CUDADriverNotFoundError(
-                    f"the CUDA driver library could not be loaded ({exc}); install an NVIDIA driver, "
-                    "or use cuguard.testing.simulated_driver() to run without a GPU"
+                    f"the CUDA driver library could not be loaded ({exc}); install an NVIDIA driver, or run "
+                    f"on cuguard's simulated driver: set {DRIVER_VARIABLE}=sim (with cuguard-testing "
+                    "installed), or use cuguard.testing.simulated_driver() in code"
                 ) from None
             _real = module
     return _real
@@ -95,6 +169,8 @@ class DriverSeam:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if _active is None and _choice_pending:
+            _resolve_default()
         target = _active if _active is not None else real_driver()
         fn = getattr(target, name, None)
         if fn is None and name == RESTORE_CONTEXT:
@@ -157,13 +233,20 @@ def active_driver() -> Any:
     """The driver object calls go to now: an installed one, or the real driver.
 
     With none installed, loads the real driver, which raises :class:`CUDADriverNotFoundError`
-    when there is none (see :func:`real_driver`).
+    when there is none (see :func:`real_driver`) or when ``CUGUARD_DRIVER``
+    names no known driver.
     """
+    if _active is None and _choice_pending:
+        _resolve_default()
     return _active if _active is not None else real_driver()
 
 
 def installed_driver() -> Any:
-    """The driver object installed with :func:`install_driver`, or ``None`` for the real one. Never raises."""
+    """The driver object installed with :func:`install_driver`, or ``None`` for the real one.
+
+    A driver chosen with ``CUGUARD_DRIVER`` counts as installed once a driver
+    was first used. Never raises.
+    """
     return _active
 
 
@@ -176,6 +259,8 @@ def install_driver(new: Any) -> Any:
     """
     global _active, _token
     with _lock:
+        if new is None:
+            new = _default  # the driver CUGUARD_DRIVER chose, when it chose one
         previous = _active
         old_token = _token
         _active = new
@@ -207,8 +292,12 @@ def driver_token() -> Any:
     wrapper over it: the real driver has one token whichever way calls reach
     it. Objects record the token at creation: one whose token is no longer
     current belongs to a driver that was uninstalled (a simulator of an earlier
-    test), and must not be released into the driver now installed. Never raises.
+    test), and must not be released into the driver now installed. Never raises
+    (a ``CUGUARD_DRIVER`` that names no driver is reported at the next driver call).
     """
+    if _choice_pending and _active is None:
+        with suppress(CUDADriverNotFoundError):  # raised by the driver call that follows
+            _resolve_default()
     return _token
 
 
@@ -220,10 +309,11 @@ def driver_state() -> dict[str, Any]:
     stays while that driver is installed again later, and goes away with
     :func:`forget_driver`. Never raises.
     """
-    state = _states.get(_token)
+    token = driver_token()
+    state = _states.get(token)
     if state is None:
         with _lock:
-            state = _states.setdefault(_token, {})
+            state = _states.setdefault(token, {})
     return state
 
 

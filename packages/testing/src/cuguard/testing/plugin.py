@@ -1,8 +1,11 @@
 """cuguard's pytest plugin, registered through the ``pytest11`` entry point.
 
 - ``--cuguard-driver=sim|real`` chooses the driver behind the ``cuguard_driver``
-  fixture (default ``sim``). With ``real`` on a machine with no usable GPU, the
-  tests that use it are skipped with the reason.
+  fixture (default: ``CUGUARD_DRIVER`` when it is set, else ``sim``). Given on
+  the command line it also sets ``CUGUARD_DRIVER`` for the run, so code that
+  does not use the fixture runs on the same driver; a command line that
+  contradicts ``CUGUARD_DRIVER`` is a usage error. With ``real`` on a machine
+  with no usable GPU, the tests that use it are skipped with the reason.
 - ``CUDAWarning`` is an error inside tests (a test that expects one uses
   ``pytest.warns(CUDAWarning)``). One that arises where nothing can raise (a
   garbage-collected resource, a host callback, cuguard's release thread)
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -37,9 +41,11 @@ from typing import Any
 import pytest
 
 from cuguard.errors import (
+    DRIVER_VARIABLE,
     CUDADriverNotFoundError,
     CUDAError,
     CUDAWarning,
+    default_driver_choice,
     first_sticky_fault,
     flush_deferred,
     is_sticky,
@@ -60,8 +66,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--cuguard-driver",
         choices=("sim", "real"),
-        default="sim",
-        help="driver behind the cuguard_driver fixture: the simulated driver (default) or the real GPU",
+        default=None,
+        help="driver behind the cuguard_driver fixture and CUGUARD_DRIVER for the run: the simulated driver "
+        "(default, unless CUGUARD_DRIVER says real) or the real GPU",
     )
     group.addoption(
         "--cuguard-leak-check",
@@ -83,10 +90,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if not any("CUDAWarning" in line for line in own):
         config.addinivalue_line("filterwarnings", "error::cuguard.errors.CUDAWarning")
     config.stash[_RESULTS_KEY] = {}
+    chosen = config.getoption("--cuguard-driver")
+    if chosen is not None:
+        given = os.environ.get(DRIVER_VARIABLE, "").strip().lower()
+        if given and given != chosen:
+            raise pytest.UsageError(f"--cuguard-driver={chosen} contradicts {DRIVER_VARIABLE}={given}")
+        os.environ[DRIVER_VARIABLE] = chosen
 
 
 def _driver_name(config: pytest.Config) -> str:
-    return str(config.getoption("--cuguard-driver"))
+    chosen = config.getoption("--cuguard-driver")
+    if chosen is None:
+        chosen = "real" if default_driver_choice() == "real" and DRIVER_VARIABLE in os.environ else "sim"
+    return str(chosen)
 
 
 def _real_unavailable() -> str | None:

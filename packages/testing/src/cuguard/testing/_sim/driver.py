@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -9,7 +10,10 @@ from typing import Any
 from cuguard.errors import flush_deferred, use_driver
 from cuguard.testing._sim.graphs import SimGraphs
 
-__all__ = ["SimulatedDriver", "simulated_driver"]
+__all__ = ["SIM_DEVICES_VARIABLE", "SimulatedDriver", "driver_from_environment", "simulated_driver"]
+
+#: Environment variable with the device count of the driver ``CUGUARD_DRIVER=sim`` makes.
+SIM_DEVICES_VARIABLE = "CUGUARD_SIM_DEVICES"
 
 
 class SimulatedDriver(SimGraphs):
@@ -66,3 +70,21 @@ def simulated_driver(devices: int = 2, **kwargs: Any) -> Iterator[SimulatedDrive
                 flush_deferred()
     finally:
         sim.close()
+
+
+def driver_from_environment() -> SimulatedDriver:
+    """The simulated driver ``CUGUARD_DRIVER=sim`` installs for the whole process.
+
+    It has ``CUGUARD_SIM_DEVICES`` devices (1 when unset). Raises ``ValueError``
+    when that is not an int of 0 or more; cuguard reports it as a
+    :class:`~cuguard.errors.CUDADriverNotFoundError` at the first driver call.
+    Registered as the ``sim`` provider of the ``cuguard.drivers`` entry points.
+    """
+    text = os.environ.get(SIM_DEVICES_VARIABLE, "").strip() or "1"
+    try:
+        devices = int(text)
+    except ValueError:
+        devices = -1
+    if devices < 0:
+        raise ValueError(f"{SIM_DEVICES_VARIABLE}={text!r} is not a device count (an int of 0 or more)")
+    return SimulatedDriver(devices)
