@@ -8,14 +8,15 @@ Sessions
   contracts (``[tool.importlinter]`` in the root ``pyproject.toml``).
 - ``typecheck``: ``mypy --strict`` over every package's ``src/`` and ``tests/typing/``.
 - ``tests(<layer>-cuda<major>)``: one per package under ``packages/`` (found by their
-  ``pyproject.toml``), in a fresh environment holding only that package, the cuguard
-  layers it depends on, cuguard-testing (once it exists) and the test tools; runs that
-  package's ``tests/``. Packages in ``BOTH_BINDINGS_MAJORS`` run against cuda-bindings
-  12.9.x and 13.x, the others against 13.x.
+  ``pyproject.toml``) and cuda-bindings major (12.9.x and 13.x, :data:`BINDINGS`), in a
+  fresh environment holding only that package, the cuguard layers it depends on,
+  cuguard-testing (once it exists) and the test tools; runs that package's ``tests/``.
+  The simulated driver follows the signatures of the installed cuda-bindings.
 - ``demo``: runs the README's tour (``examples/tour.py``) with the runtime layers and
   cuguard-testing installed; with no GPU it runs on the simulated driver.
-- ``differential``: runs the simulator-versus-driver scenarios (``scripts/differential.py``);
-  with no GPU only on the simulator, which checks that every scenario runs.
+- ``differential(cuda<major>)``: runs the simulator-versus-driver scenarios
+  (``scripts/differential.py``) with each cuda-bindings major; with no GPU only on the
+  simulator, which checks that every scenario runs.
 - ``docs``: runs every Python example of the user guide (``docs/test_examples.py``: the
   contract page has one per clause) and builds the guide and API reference with Sphinx,
   warnings as errors, with every package installed editable.
@@ -26,10 +27,11 @@ Sessions
 - ``misuse``: the misuse sweep (contract B6) on the simulated driver: its package
   test, then ``scripts/misuse`` with a fixed, derandomized budget (about a minute;
   ``-- --examples 1000 --seed 7`` for a longer seeded run).
-- ``contract``: installs the meta-package ``cuguard`` from the repository root (its
-  dependencies name the runtime layers, resolved to the checkouts installed in the same
-  command) with cuguard-testing, and runs the cross-layer contract suite ``tests/``
-  (one end-to-end test per contract clause, and the misuse sweep with a moderate budget).
+- ``contract(cuda<major>)``: installs the meta-package ``cuguard`` from the repository
+  root (its dependencies name the runtime layers, resolved to the checkouts installed in
+  the same command) with cuguard-testing and each cuda-bindings major (with that major's
+  NVRTC and nvJitLink), and runs the cross-layer contract suite ``tests/`` (one
+  end-to-end test per contract clause, and the misuse sweep with a moderate budget).
 
 Adding a session (``docs``, ``demo``...): write it below the others
 with ``@nox.session``, reuse ``_install_local`` to install the layers it needs, and add
@@ -79,14 +81,18 @@ IMPORT_LINTER = "import-linter==2.17"
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "numpy>=1.26"]
 DOCS_TOOLS = ["sphinx==9.0.4", "myst-parser==5.2.0"]
 
-# cuda-bindings majors; a package runs its tests once per major it is listed under.
+# cuda-bindings majors: every package's tests, the contract suite and the differential scenarios
+# run once per major; the other sessions use the default one.
 BINDINGS = {12: "cuda-bindings>=12.9,<13", 13: "cuda-bindings>=13,<14"}
 DEFAULT_BINDINGS_MAJOR = 13
-BOTH_BINDINGS_MAJORS = {"errors"}
 
 TESTING_DIST = "cuguard-testing"
 # Compiler and linker libraries: the contract suite's E2 test compiles and links on machines with no GPU.
-COMPILER_LIBRARIES = {13: ["nvidia-cuda-nvrtc>=13,<14", "nvidia-nvjitlink>=13,<14"]}
+# Each cuda-bindings major loads its own major of the libraries (12.x ships them as -cu12 wheels).
+COMPILER_LIBRARIES = {
+    12: ["nvidia-cuda-nvrtc-cu12>=12.9,<13", "nvidia-nvjitlink-cu12>=12.9,<13"],
+    13: ["nvidia-cuda-nvrtc>=13,<14", "nvidia-nvjitlink>=13,<14"],
+}
 # The misuse sweep's budget in `nox -s misuse` (examples x steps; well under 3 minutes on 2 cores).
 MISUSE_BUDGET = ["--examples", "150", "--steps", "50"]
 
@@ -167,9 +173,12 @@ def _install_local(session: nox.Session, packages: list[Package], *extra: str, d
 def _test_params() -> list[object]:
     params: list[object] = []
     for package in PACKAGES.values():
-        majors = sorted(BINDINGS) if package.layer in BOTH_BINDINGS_MAJORS else [DEFAULT_BINDINGS_MAJOR]
-        params.extend(nox.param(package.layer, major, id=f"{package.layer}-cuda{major}") for major in majors)
+        params.extend(nox.param(package.layer, major, id=f"{package.layer}-cuda{major}") for major in sorted(BINDINGS))
     return params
+
+
+def _major_params() -> list[object]:
+    return [nox.param(major, id=f"cuda{major}") for major in sorted(BINDINGS)]
 
 
 @nox.session
@@ -252,9 +261,10 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session
-def differential(session: nox.Session) -> None:
-    """The differential scenarios; simulator only unless ``-- --real`` on a GPU machine."""
-    _install_local(session, _closure([TESTING_DIST]))
+@nox.parametrize("bindings", _major_params())
+def differential(session: nox.Session, bindings: int) -> None:
+    """The differential scenarios with one cuda-bindings major; simulator only unless ``-- --real`` on a GPU machine."""
+    _install_local(session, _closure([TESTING_DIST]), BINDINGS[bindings])
     real = "--real" in session.posargs
     session.run("python", str(ROOT / "scripts" / "differential.py"), *([] if real else ["--sim-only"]))
 
@@ -310,21 +320,23 @@ def misuse(session: nox.Session) -> None:
 
 
 @nox.session
-def contract(session: nox.Session) -> None:
+@nox.parametrize("bindings", _major_params())
+def contract(session: nox.Session, bindings: int) -> None:
     """The cross-layer contract suite (``tests/``) against the installed meta-package ``cuguard``.
 
     The meta-package is installed from the repository root, not editable (it has no code),
     in one command with every layer editable: its dependencies name the layers
     (``cuguard-errors>=0.1,<0.2``...), and the installer resolves them to those checkouts,
     as ``_install_local`` does for siblings. Then ``importlib.metadata`` must see the
-    meta-package and ``tests/`` runs on the simulated driver. Arguments after ``--`` go to pytest.
+    meta-package and ``tests/`` runs on the simulated driver, once per cuda-bindings major
+    (with that major's compiler and linker libraries). Arguments after ``--`` go to pytest.
     """
     layers = [p for p in PACKAGES.values() if p.dist != TESTING_DIST]
     testing = _closure([TESTING_DIST])
     extra = [
         str(ROOT),
-        BINDINGS[DEFAULT_BINDINGS_MAJOR],
-        *COMPILER_LIBRARIES.get(DEFAULT_BINDINGS_MAJOR, []),
+        BINDINGS[bindings],
+        *COMPILER_LIBRARIES.get(bindings, []),
         *TEST_TOOLS,
     ]
     _install_local(session, [*layers, *[p for p in testing if p not in layers]], *extra)

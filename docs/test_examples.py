@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent
-PAGES = ["getting-started.md", "contract.md", "testing.md", "coming-from-cuda-core.md"]
+PAGES = ["getting-started.md", "contract.md", "testing.md", "without-a-gpu.md", "coming-from-cuda-core.md"]
 CLAUSES = [
     *(f"E{i}" for i in range(1, 6)),
     *(f"G{i}" for i in range(1, 6)),

@@ -32,6 +32,7 @@ for src in sorted((ROOT / "packages").glob("*/src")):
 from cuda.bindings import driver as B  # noqa: E402
 
 from cuguard.testing import SimulatedDriver  # noqa: E402
+from cuguard.testing._bindings import add_dependencies, ctx_create, remove_dependencies  # noqa: E402
 
 R = B.CUresult
 Obs = list[Any]
@@ -69,7 +70,7 @@ class Ctx:
         self.d = d
 
     def __enter__(self) -> Any:
-        self.ctx = ok(self.d.cuCtxCreate(None, 0, ok(self.d.cuDeviceGet(0))))
+        self.ctx = ok(ctx_create(self.d, 0, ok(self.d.cuDeviceGet(0))))
         return self.ctx
 
     def __exit__(self, *exc: object) -> None:
@@ -105,7 +106,7 @@ def stream_without_context(d: Any) -> Obs:
 
 @scenario
 def create_is_current_destroy_leaves_null(d: Any) -> Obs:
-    ctx = ok(d.cuCtxCreate(None, 0, ok(d.cuDeviceGet(0))))
+    ctx = ok(ctx_create(d, 0, ok(d.cuDeviceGet(0))))
     current = int(ok(d.cuCtxGetCurrent())) == int(ctx)
     first = name(d.cuCtxDestroy(ctx)[0])
     return [current, first, int(ok(d.cuCtxGetCurrent()))]
@@ -114,8 +115,8 @@ def create_is_current_destroy_leaves_null(d: Any) -> Obs:
 @scenario
 def destroying_current_context_pops_it(d: Any) -> Obs:
     dev = ok(d.cuDeviceGet(0))
-    a = ok(d.cuCtxCreate(None, 0, dev))
-    b = ok(d.cuCtxCreate(None, 0, dev))
+    a = ok(ctx_create(d, 0, dev))
+    b = ok(ctx_create(d, 0, dev))
     out = [name(d.cuCtxDestroy(b)[0]), int(ok(d.cuCtxGetCurrent())) == int(a)]
     out.append(name(d.cuCtxDestroy(a)[0]))
     out.append(int(ok(d.cuCtxGetCurrent())))
@@ -269,12 +270,12 @@ def graph_edge_cases(d: Any) -> Obs:
     g, (a, b, c) = _graph_with(d, 3)
     h, (x,) = _graph_with(d, 1)
     out = [
-        name(d.cuGraphAddDependencies(g, [a], [b], None, 1)[0]),
-        name(d.cuGraphAddDependencies(g, [a], [b], None, 1)[0]),
-        name(d.cuGraphRemoveDependencies(g, [b], [c], None, 1)[0]),
-        name(d.cuGraphAddDependencies(g, [a], [x], None, 1)[0]),
-        name(d.cuGraphAddDependencies(g, [a], [a], None, 1)[0]),
-        name(d.cuGraphAddDependencies(g, [b], [a], None, 1)[0]),
+        name(add_dependencies(d, g, [a], [b], 1)[0]),
+        name(add_dependencies(d, g, [a], [b], 1)[0]),
+        name(remove_dependencies(d, g, [b], [c], 1)[0]),
+        name(add_dependencies(d, g, [a], [x], 1)[0]),
+        name(add_dependencies(d, g, [a], [a], 1)[0]),
+        name(add_dependencies(d, g, [b], [a], 1)[0]),
         _edges(d, g),
     ]
     with Ctx(d):
@@ -287,11 +288,11 @@ def graph_edge_cases(d: Any) -> Obs:
 @scenario
 def graph_bulk_edges_are_not_atomic(d: Any) -> Obs:
     g, (a, b, c, e) = _graph_with(d, 4)
-    d.cuGraphAddDependencies(g, [a], [c], None, 1)
+    add_dependencies(d, g, [a], [c], 1)
     before = _edges(d, g)
-    added = name(d.cuGraphAddDependencies(g, [a, a, b], [b, c, e], None, 3)[0])
+    added = name(add_dependencies(d, g, [a, a, b], [b, c, e], 3)[0])
     after_add = _edges(d, g)
-    removed = name(d.cuGraphRemoveDependencies(g, [a, b], [b, c], None, 2)[0])
+    removed = name(remove_dependencies(d, g, [a, b], [b, c], 2)[0])
     after_remove = _edges(d, g)
     nodes = int(d.cuGraphGetNodes(g, 0)[-1])
     roots = int(d.cuGraphGetRootNodes(g, 0)[-1])
@@ -315,7 +316,7 @@ def add_node_with_a_bad_dependency_creates_nothing(d: Any) -> Obs:
 def graph_with_memory_nodes_is_frozen(d: Any) -> Obs:
     with Ctx(d):
         g, (a, b) = _graph_with(d, 2)
-        d.cuGraphAddDependencies(g, [a], [b], None, 1)
+        add_dependencies(d, g, [a], [b], 1)
         params = B.CUDA_MEM_ALLOC_NODE_PARAMS()
         params.poolProps.allocType = B.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         params.poolProps.location.type = B.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -323,7 +324,7 @@ def graph_with_memory_nodes_is_frozen(d: Any) -> Obs:
         params.bytesize = 256
         err, _ = d.cuGraphAddMemAllocNode(g, [b], 1, params)
         out = [name(err)]
-        out.append(name(d.cuGraphRemoveDependencies(g, [a], [b], None, 1)[0]))
+        out.append(name(remove_dependencies(d, g, [a], [b], 1)[0]))
         out.append(name(d.cuGraphDestroyNode(a)[0]))
         out.append(name(d.cuGraphClone(g)[0]))
         out += [int(d.cuGraphGetNodes(g, 0)[-1]), _edges(d, g)]
@@ -365,7 +366,7 @@ def update_with_a_changed_child_graph_layout(d: Any) -> Obs:
         for n in (1, 2):
             child, nodes = _graph_with(d, n)
             if n == 2:
-                d.cuGraphAddDependencies(child, [nodes[0]], [nodes[1]], None, 1)
+                add_dependencies(d, child, [nodes[0]], [nodes[1]], 1)
             parent = ok(d.cuGraphCreate(0))
             ok(d.cuGraphAddChildGraphNode(parent, None, 0, child))
             d.cuGraphDestroy(child)
@@ -385,7 +386,7 @@ def update_with_a_changed_child_graph_layout(d: Any) -> Obs:
 def graph_exec_outlives_graph(d: Any) -> Obs:
     with Ctx(d):
         g, nodes = _graph_with(d, 2)
-        d.cuGraphAddDependencies(g, [nodes[0]], [nodes[1]], None, 1)
+        add_dependencies(d, g, [nodes[0]], [nodes[1]], 1)
         clone = ok(d.cuGraphClone(g))
         exe = ok(d.cuGraphInstantiate(g, 0))
         s = ok(d.cuStreamCreate(0))
@@ -518,7 +519,7 @@ class Dev1Ctx(Ctx):
     """A created context on device 1."""
 
     def __enter__(self) -> Any:
-        self.ctx = ok(self.d.cuCtxCreate(None, 0, ok(self.d.cuDeviceGet(1))))
+        self.ctx = ok(ctx_create(self.d, 0, ok(self.d.cuDeviceGet(1))))
         return self.ctx
 
 
@@ -559,6 +560,412 @@ def two_devices_copy_and_cross_wait(d: Any) -> Obs:
         d.cuMemFree(a)
         d.cuStreamDestroy(s0)
     return [waited, copied, synced, bytes(back) == bytes(range(32)), wrong]
+
+
+# --- user-facing queries and argument edge cases ----------------------------------------------
+# What user code asks around cuguard's calls, and what each allocation, flags and priority
+# argument does at its edges. Relations stand in for values that differ between the machines
+# (free memory, total memory, names); values fixed by the architecture (sm_90) are compared.
+
+A = B.CUdevice_attribute
+FA = B.CUfunction_attribute
+
+
+def _status_or_raise(call: Callable[[], Any]) -> Any:
+    """The status name of a call, or the name of the exception cuda-bindings raised before the driver."""
+    try:
+        result = call()
+    except (TypeError, ValueError, OverflowError) as exc:
+        return type(exc).__name__
+    return name(result[0])
+
+
+def _release_if(d: Any, result: Any, free: str) -> str:
+    """The status name of an allocation; what it allocated is freed with ``free``."""
+    status = name(result[0])
+    if not int(result[0]) and int(result[1]):
+        getattr(d, free)(result[1])
+    return status
+
+
+_ARCH_ATTRIBUTES = (
+    "WARP_SIZE",
+    "MAX_THREADS_PER_BLOCK",
+    "MAX_BLOCK_DIM_X",
+    "MAX_BLOCK_DIM_Y",
+    "MAX_BLOCK_DIM_Z",
+    "MAX_GRID_DIM_X",
+    "MAX_GRID_DIM_Y",
+    "MAX_GRID_DIM_Z",
+    "MAX_SHARED_MEMORY_PER_BLOCK",
+    "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+    "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+    "RESERVED_SHARED_MEMORY_PER_BLOCK",
+    "MAX_REGISTERS_PER_BLOCK",
+    "MAX_REGISTERS_PER_MULTIPROCESSOR",
+    "MAX_THREADS_PER_MULTIPROCESSOR",
+    "MAX_BLOCKS_PER_MULTIPROCESSOR",
+    "TOTAL_CONSTANT_MEMORY",
+    "COMPUTE_CAPABILITY_MAJOR",
+    "COMPUTE_CAPABILITY_MINOR",
+    "MULTIPROCESSOR_COUNT",
+    "L2_CACHE_SIZE",
+    "GLOBAL_MEMORY_BUS_WIDTH",
+    "MAX_PITCH",
+    "TEXTURE_ALIGNMENT",
+    "TEXTURE_PITCH_ALIGNMENT",
+    "INTEGRATED",
+    "CAN_MAP_HOST_MEMORY",
+    "UNIFIED_ADDRESSING",
+    "MANAGED_MEMORY",
+    "CONCURRENT_MANAGED_ACCESS",
+    "PAGEABLE_MEMORY_ACCESS",
+    "HOST_NATIVE_ATOMIC_SUPPORTED",
+    "MEMORY_POOLS_SUPPORTED",
+    "STREAM_PRIORITIES_SUPPORTED",
+    "CONCURRENT_KERNELS",
+    "COOPERATIVE_LAUNCH",
+    "CLUSTER_LAUNCH",
+    "VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED",
+    "TENSOR_MAP_ACCESS_SUPPORTED",
+)
+
+
+@scenario
+def device_queries(d: Any) -> Obs:
+    dev = ok(d.cuDeviceGet(0))
+    out: Obs = [
+        [key, int(ok(d.cuDeviceGetAttribute(getattr(A, "CU_DEVICE_ATTRIBUTE_" + key), dev)))]
+        for key in _ARCH_ATTRIBUTES
+    ]
+    out.append(name(d.cuDeviceGetAttribute(99999, dev)[0]))  # not an attribute
+    out.append(name(d.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MAX, dev)[0]))
+    raw = bytes(ok(d.cuDeviceGetName(64, dev)))
+    out.append(raw.split(b"\0")[0].startswith(b"NVIDIA H200"))
+    out.append(name(d.cuDeviceGetName(0, dev)[0]))
+    out.append(int(ok(d.cuDeviceTotalMem(dev))) > 0)
+    uuids = {bytes(ok(d.cuDeviceGetUuid(ok(d.cuDeviceGet(i)))).bytes) for i in range(int(ok(d.cuDeviceGetCount())))}
+    out += [bytes(16) not in uuids, len(uuids) == int(ok(d.cuDeviceGetCount()))]
+    text = bytes(ok(d.cuDeviceGetPCIBusId(64, dev))).split(b"\0")[0].decode()
+    parts = text.replace(".", ":").split(":")
+    where = [
+        int(ok(d.cuDeviceGetAttribute(getattr(A, "CU_DEVICE_ATTRIBUTE_" + key), dev)))
+        for key in ("PCI_DOMAIN_ID", "PCI_BUS_ID", "PCI_DEVICE_ID")
+    ]
+    out += [[len(p) for p in parts], [int(p, 16) for p in parts[:3]] == where, text == text.upper()]
+    for call in (
+        lambda: d.cuDeviceGet(4096),
+        lambda: d.cuDeviceGet(-1),
+        lambda: d.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE, 4096),
+        lambda: d.cuDeviceTotalMem(4096),
+        lambda: d.cuDeviceGetName(64, 4096),
+        lambda: d.cuDeviceGetUuid(4096),
+        lambda: d.cuDeviceGetPCIBusId(64, 4096),
+        lambda: d.cuDevicePrimaryCtxGetState(4096),
+    ):
+        out.append(name(call()[0]))
+    return out
+
+
+@scenario
+def memory_info_relations(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out: Obs = [name(d.cuMemGetInfo()[0])]  # no current context
+    with Ctx(d):
+        free, total = ok(d.cuMemGetInfo())
+        out += [0 < int(free) <= int(total), int(total) == int(ok(d.cuDeviceTotalMem(ok(d.cuDeviceGet(0)))))]
+        p = ok(d.cuMemAlloc(64 << 20))
+        after, _ = ok(d.cuMemGetInfo())
+        out.append(int(after) < int(free))
+        d.cuMemFree(p)
+    return out
+
+
+@scenario
+def primary_context_state_and_flags(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    dev = ok(d.cuDeviceGet(0))
+    out: Obs = [list(ok(d.cuDevicePrimaryCtxGetState(dev)))]
+    out += [name(d.cuDevicePrimaryCtxSetFlags(dev, flags)[0]) for flags in (3, 5, 6, 7, 0x100, 0x80000000)]
+    out.append(name(d.cuDevicePrimaryCtxSetFlags(dev, 4)[0]))  # CU_CTX_SCHED_BLOCKING_SYNC
+    out.append(list(ok(d.cuDevicePrimaryCtxGetState(dev))))
+    ctx = ok(d.cuDevicePrimaryCtxRetain(dev))
+    d.cuCtxSetCurrent(ctx)
+    out += [list(ok(d.cuDevicePrimaryCtxGetState(dev))), int(ok(d.cuCtxGetFlags()))]
+    out.append(name(d.cuDevicePrimaryCtxSetFlags(dev, 1)[0]))  # while active
+    out += [list(ok(d.cuDevicePrimaryCtxGetState(dev))), int(ok(d.cuCtxGetFlags()))]
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out.append(name(d.cuDevicePrimaryCtxRelease(dev)[0]))
+    out.append(list(ok(d.cuDevicePrimaryCtxGetState(dev))))  # the flags outlive the release
+    out.append(name(d.cuDevicePrimaryCtxSetFlags(dev, 0)[0]))
+    out.append(name(d.cuCtxGetFlags()[0]))  # no current context
+    return out
+
+
+@scenario
+def primary_context_reset(d: Any) -> Obs:
+    # What cuDevicePrimaryCtxReset does to a retained primary context and what it owned.
+    # Nothing made before the reset is touched after it (that may crash the real driver).
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    dev = ok(d.cuDeviceGet(0))
+    out: Obs = [name(d.cuDevicePrimaryCtxReset(dev)[0])]  # not retained
+    ctx = ok(d.cuDevicePrimaryCtxRetain(dev))
+    d.cuCtxSetCurrent(ctx)
+    ok(d.cuMemAlloc(256 << 20))
+    ok(d.cuStreamCreate(0))
+    ok(d.cuEventCreate(0))
+    free, _ = ok(d.cuMemGetInfo())
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out.append(name(d.cuDevicePrimaryCtxReset(dev)[0]))
+    out.append(list(ok(d.cuDevicePrimaryCtxGetState(dev))))
+    again = ok(d.cuDevicePrimaryCtxRetain(dev))
+    out.append(int(again) == int(ctx))
+    d.cuCtxSetCurrent(again)
+    after, _ = ok(d.cuMemGetInfo())
+    out.append(int(after) > int(free))  # the reset freed the allocation
+    err, p = d.cuMemAlloc(64)
+    out.append(name(err))
+    if not int(err):
+        d.cuMemFree(p)
+    err, s = d.cuStreamCreate(0)
+    out.append(name(err))
+    if not int(err):
+        d.cuStreamDestroy(s)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out += [name(d.cuDevicePrimaryCtxRelease(dev)[0]), name(d.cuDevicePrimaryCtxRelease(dev)[0])]
+    out.append(list(ok(d.cuDevicePrimaryCtxGetState(dev))))
+    return out
+
+
+@scenario
+def device_allocation_edges(d: Any) -> Obs:
+    with Ctx(d):
+        total = int(ok(d.cuDeviceTotalMem(ok(d.cuDeviceGet(0)))))
+        out: Obs = [
+            _release_if(d, d.cuMemAlloc(0), "cuMemFree"),
+            _release_if(d, d.cuMemAlloc(total + 1), "cuMemFree"),
+            _release_if(d, d.cuMemAlloc(1 << 50), "cuMemFree"),
+            name(d.cuMemFree(B.CUdeviceptr(0))[0]),
+        ]
+        for size, flags in ((0, 1), (64, 0), (64, 3), (64, 4), (1 << 50, 1), (64, 1), (64, 2)):
+            out.append(_release_if(d, d.cuMemAllocManaged(size, flags), "cuMemFree"))
+        for width, height, element in (
+            (100, 3, 4),
+            (100, 3, 3),
+            (100, 3, 32),
+            (0, 3, 4),
+            (100, 0, 4),
+            (1 << 20, 1 << 30, 4),
+        ):
+            result = d.cuMemAllocPitch(width, height, element)
+            out.append([_release_if(d, result[:2], "cuMemFree"), None if result[2] is None else int(result[2])])
+    return out
+
+
+@scenario
+def stream_ordered_allocation_edges(d: Any) -> Obs:
+    with Ctx(d):
+        total = int(ok(d.cuDeviceTotalMem(ok(d.cuDeviceGet(0)))))
+        s = ok(d.cuStreamCreate(0))
+        err, zero = d.cuMemAllocAsync(0, s)
+        out: Obs = [name(err), int(zero) == 0]
+        out.append(name(d.cuMemFreeAsync(zero, s)[0]))
+        out.append(_release_if(d, d.cuMemAllocAsync(total + 1, s), "cuMemFree"))
+        out.append(name(d.cuMemFreeAsync(B.CUdeviceptr(0), s)[0]))
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def host_allocation_edges(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out: Obs = [_release_if(d, d.cuMemAllocHost(64), "cuMemFreeHost")]  # no current context
+    with Ctx(d):
+        for result in (d.cuMemAllocHost(0), d.cuMemHostAlloc(0, 0)):
+            out += [name(result[0]), result[1] is not None and int(result[1]) == 0]
+            _release_if(d, result, "cuMemFreeHost")
+        out.append(_release_if(d, d.cuMemAllocHost(1 << 50), "cuMemFreeHost"))
+        out.append(_release_if(d, d.cuMemHostAlloc(1 << 50, 0), "cuMemFreeHost"))
+        for flags in (1, 2, 4, 7, 8, 0x10, 0x80000000):
+            out.append(_release_if(d, d.cuMemHostAlloc(64, flags), "cuMemFreeHost"))
+        out.append(name(d.cuMemFreeHost(0)[0]))
+    return out
+
+
+@scenario
+def zero_byte_memset_and_copy(d: Any) -> Obs:
+    with Ctx(d):
+        p = ok(d.cuMemAlloc(64))
+        s = ok(d.cuStreamCreate(0))
+        out: Obs = [
+            name(d.cuMemsetD8(p, 1, 0)[0]),
+            name(d.cuMemsetD16(p, 1, 0)[0]),
+            name(d.cuMemsetD32(p, 1, 0)[0]),
+            name(d.cuMemsetD8Async(p, 1, 0, s)[0]),
+            name(d.cuMemcpyHtoD(p, b"", 0)[0]),
+            name(d.cuMemcpyDtoH(bytearray(1), p, 0)[0]),
+            name(d.cuMemcpyDtoD(p, p, 0)[0]),
+            name(d.cuMemcpyHtoDAsync(p, b"", 0, s)[0]),
+        ]
+        d.cuStreamSynchronize(s)
+        d.cuStreamDestroy(s)
+        d.cuMemFree(p)
+    return out
+
+
+@scenario
+def stream_flags_and_priorities(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out: Obs = [name(d.cuCtxGetStreamPriorityRange()[0])]  # no current context
+    with Ctx(d):
+        out.append(list(ok(d.cuCtxGetStreamPriorityRange())))
+        for flags in (2, 3, 0x80000000):
+            out.append(_release_if(d, d.cuStreamCreate(flags), "cuStreamDestroy"))
+            out.append(_release_if(d, d.cuStreamCreateWithPriority(flags, 0), "cuStreamDestroy"))
+        for priority in (-(1 << 31), -100, -6, -5, -3, 0, 1, 100, (1 << 31) - 1):
+            s = ok(d.cuStreamCreateWithPriority(1, priority))
+            out.append([priority, int(ok(d.cuStreamGetPriority(s))), int(ok(d.cuStreamGetFlags(s)))])
+            d.cuStreamDestroy(s)
+        s = ok(d.cuStreamCreate(1))
+        out += [int(ok(d.cuStreamGetPriority(s))), int(ok(d.cuStreamGetFlags(s)))]
+        d.cuStreamDestroy(s)
+        out += [int(ok(d.cuStreamGetPriority(B.CUstream(0)))), int(ok(d.cuStreamGetFlags(B.CUstream(0))))]
+    return out
+
+
+@scenario
+def event_flags(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    out: Obs = [_release_if(d, d.cuEventCreate(0), "cuEventDestroy")]  # no current context
+    with Ctx(d):
+        for flags in (0, 1, 2, 3, 4, 5, 6, 7, 8, 0x10, 0x100, 0x80000000):
+            out.append(_release_if(d, d.cuEventCreate(flags), "cuEventDestroy"))
+    return out
+
+
+@scenario
+def context_flags(d: Any) -> Obs:
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    dev = ok(d.cuDeviceGet(0))
+    out: Obs = []
+    for flags in (0, 1, 2, 4, 3, 5, 6, 7, 8, 0x10, 0x80, 4 | 8, 0x100, 0x80000000):
+        err, ctx = ctx_create(d, flags, dev)
+        if int(err):
+            out.append([flags, name(err)])
+            continue
+        out.append([flags, name(err), int(ok(d.cuCtxGetFlags()))])
+        d.cuCtxDestroy(ctx)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    return out
+
+
+@scenario
+def function_attributes(d: Any) -> Obs:
+    keys = [
+        "MAX_THREADS_PER_BLOCK",
+        "SHARED_SIZE_BYTES",
+        "CONST_SIZE_BYTES",
+        "LOCAL_SIZE_BYTES",
+        "NUM_REGS",
+        "PTX_VERSION",
+        "BINARY_VERSION",
+        "CACHE_MODE_CA",
+        "MAX_DYNAMIC_SHARED_SIZE_BYTES",
+        "PREFERRED_SHARED_MEMORY_CARVEOUT",
+        "CLUSTER_SIZE_MUST_BE_SET",
+        "REQUIRED_CLUSTER_WIDTH",
+        "NON_PORTABLE_CLUSTER_SIZE_ALLOWED",
+        "CLUSTER_SCHEDULING_POLICY_PREFERENCE",
+    ]
+
+    def attribute(key: str) -> Any:
+        return getattr(FA, "CU_FUNC_ATTRIBUTE_" + key)
+
+    with Ctx(d) as ctx:
+        mod = ok(d.cuModuleLoadData(PTX))
+        fn = ok(d.cuModuleGetFunction(mod, b"empty"))
+        out: Obs = [[key, int(ok(d.cuFuncGetAttribute(attribute(key), fn)))] for key in keys]
+        out.append(name(d.cuFuncGetAttribute(999, fn)[0]))
+        for key, value in (
+            ("MAX_DYNAMIC_SHARED_SIZE_BYTES", 100000),
+            ("MAX_DYNAMIC_SHARED_SIZE_BYTES", 232448),
+            ("MAX_DYNAMIC_SHARED_SIZE_BYTES", 232449),
+            ("MAX_DYNAMIC_SHARED_SIZE_BYTES", -1),
+            ("PREFERRED_SHARED_MEMORY_CARVEOUT", 50),
+            ("PREFERRED_SHARED_MEMORY_CARVEOUT", 101),
+            ("PREFERRED_SHARED_MEMORY_CARVEOUT", -2),
+            ("REQUIRED_CLUSTER_WIDTH", 2),
+            ("NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1),
+            ("MAX_THREADS_PER_BLOCK", 512),
+            ("NUM_REGS", 8),
+            ("SHARED_SIZE_BYTES", 16),
+        ):
+            status = name(d.cuFuncSetAttribute(fn, attribute(key), value)[0])
+            out.append([key, value, status, int(ok(d.cuFuncGetAttribute(attribute(key), fn)))])
+        out.append(name(d.cuFuncSetAttribute(fn, 999, 0)[0]))
+        d.cuCtxSetCurrent(B.CUcontext(0))
+        out.append(name(d.cuFuncGetAttribute(attribute("MAX_THREADS_PER_BLOCK"), fn)[0]))  # no current context
+        d.cuCtxSetCurrent(ctx)
+        d.cuModuleUnload(mod)
+    return out
+
+
+@scenario
+def binding_refusals(d: Any) -> Obs:
+    # Values cuda-bindings refuses before it calls the driver: the exception types.
+    warp = A.CU_DEVICE_ATTRIBUTE_WARP_SIZE
+    calls: list[Callable[[], Any]] = [
+        lambda: d.cuMemAlloc(-1),
+        lambda: d.cuMemAlloc(None),
+        lambda: d.cuMemAlloc("64"),
+        lambda: d.cuMemAlloc(1 << 64),
+        lambda: d.cuMemAllocAsync(-1, 0),
+        lambda: d.cuMemAllocAsync(64, -1),
+        lambda: d.cuMemAllocAsync(64, "stream"),
+        lambda: d.cuMemAllocHost(-1),
+        lambda: d.cuMemHostAlloc(None, 0),
+        lambda: d.cuMemHostAlloc(64, -1),
+        lambda: d.cuMemHostAlloc(64, 1 << 32),
+        lambda: d.cuMemAllocManaged(-1, 1),
+        lambda: d.cuMemAllocManaged(64, None),
+        lambda: d.cuMemAllocPitch(None, 1, 4),
+        lambda: d.cuMemAllocPitch(64, 1, -4),
+        lambda: d.cuStreamCreate(-1),
+        lambda: d.cuStreamCreate(None),
+        lambda: d.cuStreamCreate(1 << 32),
+        lambda: d.cuStreamCreateWithPriority(-1, 0),
+        lambda: d.cuStreamCreateWithPriority(0, None),
+        lambda: d.cuStreamCreateWithPriority(0, 1 << 31),
+        lambda: d.cuStreamCreateWithPriority(0, -(1 << 31) - 1),
+        lambda: d.cuEventCreate(-1),
+        lambda: d.cuEventCreate(None),
+        lambda: d.cuEventCreate(1 << 32),
+        lambda: ctx_create(d, -1, 0),
+        lambda: d.cuDevicePrimaryCtxSetFlags(0, -1),
+        lambda: d.cuDevicePrimaryCtxSetFlags(0, None),
+        lambda: d.cuDeviceGet(None),
+        lambda: d.cuDeviceGet(1 << 31),
+        lambda: d.cuDeviceGetAttribute(None, 0),
+        lambda: d.cuDeviceGetAttribute(1 << 40, 0),
+        lambda: d.cuDeviceGetAttribute("x", 0),
+        lambda: d.cuDeviceGetAttribute(warp, 1 << 31),
+        lambda: d.cuDeviceGetAttribute(warp, "x"),
+        lambda: d.cuFuncGetAttribute(None, 0),
+        lambda: d.cuFuncGetAttribute(0, -1),
+        lambda: d.cuFuncSetAttribute(0, None, 0),
+        lambda: d.cuFuncSetAttribute(0, 0, 1 << 31),
+        lambda: d.cuMemsetD8(0, 256, 1),
+        lambda: d.cuMemsetD8(0, 1, -1),
+        lambda: d.cuMemsetD16(0, 1 << 16, 1),
+        lambda: d.cuMemsetD32(0, -1, 1),
+        lambda: d.cuMemFree(-1),
+        lambda: d.cuMemFree("p"),
+        lambda: d.cuMemcpyHtoD(0, b"", -1),
+        lambda: d.cuCtxSetCurrent(-1),
+        lambda: d.cuStreamDestroy(-1),
+    ]
+    return [_status_or_raise(call) for call in calls]
 
 
 def run_all(driver: Any, devices: int) -> dict[str, Any]:

@@ -402,3 +402,21 @@ def test_context_destroyed_by_a_failed_create_is_refused_when_wrapped(no_context
     assert log == []
     driver.cuCtxSetCurrent(_null())
     _misuse_free(no_context)
+
+
+@pytest.mark.contract("S2")
+@pytest.mark.parametrize("how", ["call_in", "cleanup_in"])
+def test_a_context_destroyed_on_another_thread_while_current_here_is_never_switched_back_to(sim: Any, how: str) -> None:
+    from cuguard.context import call_in, cleanup_in
+
+    doomed = Context.create(0)  # current on this thread from here on
+    worker = threading.Thread(target=doomed.close)
+    worker.start()
+    worker.join()
+    other = Context.primary(0)
+    run = call_in if how == "call_in" else cleanup_in
+    args: tuple[Any, ...] = (None,) if how == "call_in" else ()
+    assert run(other, Context.current, *args) == other
+    # Restoring the destroyed context would crash the real driver: the thread is left with none.
+    assert Context.current() is None
+    assert sim.misuse == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import inspect
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +13,10 @@ import pytest
 from cuda.bindings import driver as cb
 
 from cuguard.errors import active_driver, install_driver
+from cuguard.testing._bindings import BINDINGS_MAJOR, EDGE_DATA, get_edges, node_dependencies, node_dependents
+from cuguard.testing._faults import _arity
 from cuguard.testing._sim import SimulatedDriver, nothing_left_behind, simulated_driver
+from cuguard.testing._sim.facts import PRE_INIT_CALLS
 
 R = cb.CUresult
 OK = R.CUDA_SUCCESS
@@ -57,6 +61,70 @@ def test_everything_but_four_calls_needs_cuinit() -> None:
 def test_unknown_function_is_named() -> None:
     with pytest.raises(AttributeError, match="cuNoSuchCall"):
         _ = SimulatedDriver().cuNoSuchCall
+
+
+def _parameters(fn: Any) -> list[tuple[str, bool]]:
+    params = inspect.signature(fn).parameters.values()
+    return [(p.name, p.default is not inspect.Parameter.empty) for p in params if p.name != "self"]
+
+
+def test_functions_have_the_signatures_of_the_installed_bindings() -> None:
+    # cuda-bindings 12.9.x and 13.x differ (cuCtxCreate, the graph edge functions): the simulator
+    # follows whichever is installed, parameter for parameter.
+    checked = 0
+    for name in sorted(n for n in dir(SimulatedDriver) if n.startswith("cu")):
+        real = getattr(cb, name, None)
+        if real is None:
+            continue  # the simulator's own extras (cuguardRestoreContext, ...)
+        sim = inspect.unwrap(getattr(SimulatedDriver, name))
+        assert _parameters(sim) == _parameters(real), f"{name} (cuda-bindings {BINDINGS_MAJOR})"
+        checked += 1
+    assert checked > 90
+
+
+def _dummy_arguments(fn: Any) -> list[Any]:
+    """Values cuda-bindings converts for each parameter: ``None`` for the optional ones and lists, else 0."""
+    params = inspect.signature(fn).parameters.values()
+    return [None if "Optional" in str(p.annotation) or "list" in str(p.annotation) else 0 for p in params]
+
+
+def test_failures_have_the_return_convention_of_the_installed_bindings() -> None:
+    # A failed call returns the status and None for each output the installed cuda-bindings
+    # documents (13.x edge queries return one more: edgeData). Before cuInit every call fails.
+    sim = SimulatedDriver()
+    checked = 0
+    for name in sorted(n for n in dir(SimulatedDriver) if n.startswith("cu")):
+        if getattr(cb, name, None) is None or name in PRE_INIT_CALLS:
+            continue
+        result = getattr(sim, name)(*_dummy_arguments(getattr(cb, name)))
+        assert result == (R.CUDA_ERROR_NOT_INITIALIZED, *(None,) * (_arity(name) - 1)), name
+        checked += 1
+    assert checked > 90
+
+
+def test_edge_queries_return_what_the_installed_bindings_return(drv: SimulatedDriver) -> None:
+    _, g = drv.cuGraphCreate(0)
+    _, a = drv.cuGraphAddEmptyNode(g, None, 0)
+    _, b = drv.cuGraphAddEmptyNode(g, [a], 1)
+    extra = 1 if EDGE_DATA else 0  # 13.x returns an edgeData list before the count
+    edges = drv.cuGraphGetEdges(g, 1)
+    deps = drv.cuGraphNodeGetDependencies(b, 1)
+    outs = drv.cuGraphNodeGetDependentNodes(a, 1)
+    assert (len(edges), len(deps), len(outs)) == (4 + extra, 3 + extra, 3 + extra)
+    assert (edges[-1], deps[-1], outs[-1]) == (1, 1, 1)
+    if EDGE_DATA:
+        assert isinstance(edges[3][0], cb.CUgraphEdgeData)
+        assert drv.cuGraphAddDependencies(g, [b], [a], None, 1) == (OK,)
+        assert drv.cuGraphRemoveDependencies(g, [b], [a], None, 1) == (OK,)
+        assert drv.cuCtxCreate(None, 0, 0)[0] == OK
+    else:
+        v12: Any = drv  # type checkers see the 13.x signatures
+        assert v12.cuGraphAddDependencies(g, [b], [a], 1) == (OK,)
+        assert v12.cuGraphRemoveDependencies(g, [b], [a], 1) == (OK,)
+        assert v12.cuCtxCreate(0, 0)[0] == OK
+    _, ctx = drv.cuCtxPopCurrent()
+    assert drv.cuCtxDestroy(ctx) == (OK,)
+    drv.cuGraphDestroy(g)
 
 
 def test_simulated_driver_is_installed_and_joined() -> None:
@@ -191,22 +259,22 @@ def test_graph_topology_queries(drv: SimulatedDriver) -> None:
     assert count == 3
     _, roots, _ = drv.cuGraphGetRootNodes(g, 3)
     assert [int(r) for r in roots] == [int(a), 0, 0]
-    _, frm, to, _data, n = drv.cuGraphGetEdges(g, 3)
+    _, frm, to, n = get_edges(drv, g, 3)
     assert n == 3
     assert [(int(x), int(y)) for x, y in zip(frm, to, strict=True)] == [
         (int(a), int(b)),
         (int(a), int(c)),
         (int(b), int(c)),
     ]
-    _, deps, _, n = drv.cuGraphNodeGetDependencies(c, 2)
+    _, deps, n = node_dependencies(drv, c, 2)
     assert sorted(int(d) for d in deps) == sorted([int(a), int(b)])
-    _, _outs, _, n = drv.cuGraphNodeGetDependentNodes(a, 2)
+    _, _outs, n = node_dependents(drv, a, 2)
     assert n == 2
     assert drv.cuGraphNodeGetType(b) == (OK, T.CU_GRAPH_NODE_TYPE_EMPTY)
     _, clone = drv.cuGraphClone(g)
-    assert drv.cuGraphGetEdges(clone)[4] == 3
+    assert get_edges(drv, clone)[3] == 3
     assert drv.cuGraphDestroyNode(b) == (OK,)
-    assert drv.cuGraphGetEdges(g)[4] == 1
+    assert get_edges(drv, g)[3] == 1
     drv.cuGraphDestroy(g)
     drv.cuGraphDestroy(clone)
 

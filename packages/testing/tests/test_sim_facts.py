@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cb
 
+from cuguard.testing._bindings import add_dependencies, ctx_create, get_edges, remove_dependencies
 from cuguard.testing._sim import SimulatedCrash, SimulatedDriver, simulated_driver
 from cuguard.testing._sim.facts import STICKY_EXEMPT, STICKY_OBSERVED_FAILS, STICKY_OBSERVED_SUCCEEDS
 
@@ -54,7 +55,7 @@ def primary(sim: SimulatedDriver, ordinal: int = 0) -> Any:
 
 
 def created(sim: SimulatedDriver, ordinal: int = 0) -> Any:
-    err, ctx = sim.cuCtxCreate(None, 0, ordinal)
+    err, ctx = ctx_create(sim, 0, ordinal)
     assert err == OK
     return ctx
 
@@ -280,7 +281,7 @@ def empty(sim: SimulatedDriver, graph: Any, *deps: Any) -> Any:
 
 
 def n_edges(sim: SimulatedDriver, graph: Any) -> int:
-    err, _, _, _, count = sim.cuGraphGetEdges(graph)
+    err, _, _, count = get_edges(sim, graph)
     assert err == OK
     return int(count)
 
@@ -290,22 +291,22 @@ def test_graph_edge_cases(drv: SimulatedDriver) -> None:
     _, other = drv.cuGraphCreate(0)
     a, b, c = empty(drv, g), empty(drv, g), empty(drv, g)
     x = empty(drv, other)
-    assert drv.cuGraphAddDependencies(g, [a], [b], None, 1) == (OK,)
-    assert drv.cuGraphAddDependencies(g, [a], [b], None, 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # duplicate
-    assert drv.cuGraphRemoveDependencies(g, [b], [c], None, 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # missing
-    assert drv.cuGraphAddDependencies(g, [x], [a], None, 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # cross graph
-    assert drv.cuGraphAddDependencies(g, [b], [a], None, 1) == (OK,)  # closes a cycle
+    assert add_dependencies(drv, g, [a], [b], 1) == (OK,)
+    assert add_dependencies(drv, g, [a], [b], 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # duplicate
+    assert remove_dependencies(drv, g, [b], [c], 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # missing
+    assert add_dependencies(drv, g, [x], [a], 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # cross graph
+    assert add_dependencies(drv, g, [b], [a], 1) == (OK,)  # closes a cycle
     assert drv.cuGraphInstantiate(g, 0) == (R.CUDA_ERROR_INVALID_VALUE, None)
-    assert drv.cuGraphAddDependencies(g, [c], [c], None, 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # self edge
+    assert add_dependencies(drv, g, [c], [c], 1) == (R.CUDA_ERROR_INVALID_VALUE,)  # self edge
     assert n_edges(drv, g) == 2
 
 
 def test_graph_bulk_add_partial(drv: SimulatedDriver) -> None:
     _, g = drv.cuGraphCreate(0)
     a, b, c, d = (empty(drv, g) for _ in range(4))
-    drv.cuGraphAddDependencies(g, [a], [c], None, 1)
+    add_dependencies(drv, g, [a], [c], 1)
     assert n_edges(drv, g) == 1
-    status = drv.cuGraphAddDependencies(g, [a, a, b], [b, c, d], None, 3)
+    status = add_dependencies(drv, g, [a, a, b], [b, c, d], 3)
     assert status == (R.CUDA_ERROR_INVALID_VALUE,)
     assert n_edges(drv, g) == 2  # the first edge was added before the duplicate failed
 
@@ -313,8 +314,8 @@ def test_graph_bulk_add_partial(drv: SimulatedDriver) -> None:
 def test_graph_bulk_remove_partial(drv: SimulatedDriver) -> None:
     _, g = drv.cuGraphCreate(0)
     a, b, c = (empty(drv, g) for _ in range(3))
-    drv.cuGraphAddDependencies(g, [a], [b], None, 1)
-    status = drv.cuGraphRemoveDependencies(g, [a, b], [b, c], None, 2)
+    add_dependencies(drv, g, [a], [b], 1)
+    status = remove_dependencies(drv, g, [a, b], [b, c], 2)
     assert status == (R.CUDA_ERROR_INVALID_VALUE,)
     assert n_edges(drv, g) == 0  # the first edge was removed before the missing one failed
 

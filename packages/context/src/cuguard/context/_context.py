@@ -535,6 +535,22 @@ def _restore_error(err: Any, previous: Any) -> CUDAError:
     )
 
 
+_NO_CONTEXT = 0  # what cuCtxSetCurrent takes for "no context"
+
+
+def _restorable(previous: Any) -> Any:
+    """``previous``, or no context when it is one cuguard destroyed (S2).
+
+    A created context released elsewhere (on another thread, or by cuguard's
+    release thread) may still be current on this one; switching back to it
+    would crash the real driver, so the thread is left with no context instead.
+    """
+    destroyed = driver_state().get(_DESTROYED)
+    if destroyed and int(previous) in destroyed:
+        return _NO_CONTEXT
+    return previous
+
+
 def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] | None, *args: Any) -> T:
     """Run ``op(*args)`` with ``context`` current, then restore the caller's context.
 
@@ -552,7 +568,11 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
       context could not be restored and which context is current now. If the
       current context is no longer ``context``, ``undo`` is not run (it would
       act in the wrong context): what ``op`` created is leaked and a note says so;
-    - nothing is retried.
+    - nothing is retried;
+    - when the caller's current context is one cuguard destroyed (a created
+      context released on another thread while it was current here), the
+      restore leaves no context current: switching back to a destroyed
+      context crashes the real driver (S2).
 
     Raises ``TypeError`` when ``context`` is not a :class:`Context`,
     ``ResourceClosedError`` for a closed ``context`` before any driver
@@ -567,6 +587,8 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
         raise_status(err, "cuCtxGetCurrent")
     if int(previous) == context._int:
         return op(*args)
+    if driver_state().get(_DESTROYED):
+        previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
         raise_status(err, "cuCtxSetCurrent")
@@ -627,6 +649,8 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any, resource: tup
         return None
     if int(previous) == context._int:
         return op(*args)
+    if driver_state().get(_DESTROYED):
+        previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
         report(err, "cuCtxSetCurrent", context._handle, leaked)

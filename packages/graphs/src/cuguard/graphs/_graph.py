@@ -561,7 +561,14 @@ def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tup
     params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
     params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
     params.sharedMemBytes = config.shared_mem
-    if args:
+    if kernel.parameters is not None:
+        # Checked against the kernel's parameter list (TypeError before the driver); the driver
+        # reads the block during the add call, and it is kept alive with the definition.
+        block, keep = kernel.pack(args)
+        params.kernelParams = block
+        if keep is not None:
+            owners.append(_ArgumentBlock(keep, []))
+    elif args:
         # The driver reads the arguments through a void** array during the add call: build it
         # here and keep it (and each value it points to) alive with the definition.
         values, ctypes_types = pack_args(args)

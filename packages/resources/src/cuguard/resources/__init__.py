@@ -4,7 +4,8 @@
 (device memory), :class:`PinnedBuffer` (page-locked host memory) and
 :class:`Module` objects; :class:`Program` compiles CUDA C++ with NVRTC,
 :func:`link` links images with nvJitLink, :func:`launch` runs a
-:class:`Kernel` with a :class:`LaunchConfig`.
+:class:`Kernel` with a :class:`LaunchConfig`, its arguments checked against the
+kernel's parameter list (:class:`KernelParameter`).
 
 Every resource has ``handle``, ``close()`` (idempotent, raises on failure)
 and ``with`` support, and is released when garbage-collected (reporting a
@@ -32,6 +33,7 @@ from cuguard.resources._module import launch as launch
 from cuguard.resources._module import link as link
 from cuguard.resources._module import pack_args as pack_args
 from cuguard.resources._module import wait_attributed as wait_attributed
+from cuguard.resources._params import KernelParameter as KernelParameter
 from cuguard.resources._stream import Event as Event
 from cuguard.resources._stream import Stream as Stream
 from cuguard.resources._stream import as_stream as as_stream
@@ -41,6 +43,7 @@ __all__ = [
     "Device",
     "Event",
     "Kernel",
+    "KernelParameter",
     "LaunchConfig",
     "Module",
     "PinnedBuffer",

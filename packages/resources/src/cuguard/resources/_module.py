@@ -27,6 +27,7 @@ from cuguard.errors import (
 )
 from cuguard.resources._base import Resource
 from cuguard.resources._memory import Buffer, PinnedBuffer
+from cuguard.resources._params import KernelParameter, Signature, parse_ptx_signatures, query_signature
 from cuguard.resources._stream import Stream, as_stream
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "Program", "launch", "link"]
@@ -214,10 +215,11 @@ class Module(Resource):
     (``CUDA_ERROR_INVALID_IMAGE``) and loads nothing.
     """
 
-    __slots__ = ("_device",)
+    __slots__ = ("_device", "_signatures")
     _what = "module"
     _factory = "Device.load_module() or Module.load()"
     _device: int
+    _signatures: dict[str, tuple[KernelParameter, ...]]
 
     @classmethod
     def load(cls, context: Context, image: bytes | str) -> Module:
@@ -238,10 +240,12 @@ class Module(Resource):
         data = bytes(image)
         if not data.endswith(b"\x00"):
             data += b"\x00"
+        signatures = {} if data.startswith(b"\x7fELF") else parse_ptx_signatures(data)
         handle = call_in(context, _module_load, _module_unload, data)
         self = object.__new__(cls)
         self._init(handle, context)
         self._device = context.device
+        self._signatures = signatures
         return self
 
     def _release(self, raising: bool) -> tuple[Any, str]:
@@ -251,7 +255,10 @@ class Module(Resource):
         """The kernel ``name`` (an ``extern "C"`` or mangled entry name).
 
         A missing name raises :class:`~cuguard.errors.CUDAError`
-        (``CUDA_ERROR_NOT_FOUND``) whose message names the symbol.
+        (``CUDA_ERROR_NOT_FOUND``) whose message names the symbol. The kernel's
+        parameter list comes from the PTX text the module was loaded from or,
+        for a cubin, from the driver (``cuFuncGetParamInfo``), whose failure
+        raises :class:`~cuguard.errors.CUDAError`; see :attr:`Kernel.parameters`.
         """
         if not isinstance(name, str):
             raise TypeError(f"a kernel name must be a str, not {type(name).__name__}")
@@ -259,7 +266,10 @@ class Module(Resource):
         err, function = driver.cuModuleGetFunction(handle, name.encode())
         if err:
             raise CUDAError(err, "cuModuleGetFunction", f"kernel {name!r} not found in {self!r}")
-        return Kernel._make(function, name, self)
+        params = self._signatures.get(name)
+        if params is None:
+            params = query_signature(function, name)
+        return Kernel._make(function, name, self, None if params is None else Signature(name, params))
 
 
 class Kernel(Unique):
@@ -270,9 +280,10 @@ class Kernel(Unique):
     closed module is refused by :func:`launch` with ``ResourceClosedError``.
     """
 
-    __slots__ = ("_handle", "module", "name")
+    __slots__ = ("_handle", "_signature", "module", "name")
 
     _handle: Any
+    _signature: Signature | None
     name: str
     module: Module
 
@@ -280,12 +291,42 @@ class Kernel(Unique):
         refuse_construction(Kernel, "Module.get_kernel()")
 
     @classmethod
-    def _make(cls, handle: Any, name: str, module: Module) -> Kernel:
+    def _make(cls, handle: Any, name: str, module: Module, signature: Signature | None = None) -> Kernel:
         self = object.__new__(cls)
         self._handle = handle
         self.name = name
         self.module = module
+        self._signature = signature
         return self
+
+    @property
+    def parameters(self) -> tuple[KernelParameter, ...] | None:
+        """The kernel's parameters, or ``None`` when neither its PTX nor the driver says what they are.
+
+        With a parameter list, launch arguments are checked and packed against
+        it (see :meth:`pack`); without one (a cubin on a driver older than
+        12.4), they are packed by their Python type (see :func:`pack_args`).
+        """
+        sig = self._signature
+        return None if sig is None else sig.params
+
+    def pack(self, args: Sequence[Any]) -> tuple[Any, Any]:
+        """``(kernelParams, keep)``: ``args`` as ``cuLaunchKernel`` takes them, checked against the parameters.
+
+        ``keep`` must stay referenced until the driver call that reads
+        ``kernelParams`` returns. With a parameter list: exactly one argument
+        per parameter; a :class:`Buffer` or :class:`PinnedBuffer` (its address)
+        or an int for an integer parameter, in its signed or unsigned range; a float or an int for a float
+        parameter (a Python float becomes a 32- or 64-bit float by the
+        parameter's size); ``bytes`` or a ctypes object of exactly the size for
+        a by-value struct. Anything else raises ``TypeError`` naming the kernel,
+        the parameter and the value; nothing reaches the driver. Without a
+        parameter list, :func:`pack_args`.
+        """
+        sig = self._signature
+        if sig is not None:
+            return sig.pack(args)
+        return (pack_args(args) if args else 0), None
 
     @property
     def handle(self) -> Any:
@@ -336,9 +377,10 @@ def _dims(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
 
 
 def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """Kernel arguments in the ``(values, ctypes types)`` form cuda-bindings takes.
+    """Kernel arguments in the ``(values, ctypes types)`` form cuda-bindings takes, by Python type.
 
-    Buffers pass their device address; pinned buffers their host address;
+    The rule for a kernel whose parameter list is unknown (see
+    :attr:`Kernel.parameters`). Buffers pass their device address; pinned buffers their host address;
     Python ints are 64-bit (a little-endian 32-bit parameter reads the low
     half, so both widths work); Python floats are 32-bit floats (use
     ``numpy.float64`` for ``double``); NumPy scalars keep their exact type.
@@ -397,7 +439,10 @@ def _numpy_ctype(arg: Any) -> Any:
 
 
 def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
-    """Queue ``kernel`` on ``stream`` with ``config`` and ``args`` (see :func:`pack_args`).
+    """Queue ``kernel`` on ``stream`` with ``config`` and ``args`` (see :meth:`Kernel.pack`).
+
+    Arguments that do not match the kernel's parameters raise ``TypeError``
+    before anything reaches the driver.
 
     Raises :class:`~cuguard.errors.CUDAError` if the launch is refused (a bad
     configuration, a sticky error...); nothing was queued then. A fault inside
@@ -417,8 +462,14 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         module._check_open()
         stream._check_open()
     gx, gy, gz, bx, by, bz, shared = config._launch_dims
-    params = pack_args(args) if args else 0
+    sig = kernel._signature
+    params: Any
+    if sig is not None:
+        params, keep = sig.pack(args)
+    else:
+        params, keep = (pack_args(args) if args else 0), None
     (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
+    del keep  # the driver copied the arguments
     if err:
         raise_status(err, "cuLaunchKernel")
     if attributing():

@@ -7,6 +7,11 @@
 - :func:`inject`, :func:`restore_fault`, :func:`sticky`, :func:`deinitialized`
   make chosen driver calls fail, on the simulated or the real driver;
   :func:`record_calls` shows which driver calls a block made.
+- ``CUGUARD_DRIVER=sim`` runs a whole program, unchanged, on a simulated driver
+  (``CUGUARD_SIM_DEVICES`` devices). Kernels run there through stand-ins: Python
+  functions registered with :func:`stand_in` / :func:`register_stand_in` that
+  receive a :class:`KernelLaunch` and the kernel's arguments (pointers as
+  :class:`DevicePointer`); a kernel with none raises :class:`MissingStandInError`.
 - :func:`nothing_left_behind` asserts that a block created nothing, leaked
   nothing and left nothing dangling.
 - :func:`run_sweep` runs the failure-point sweep (every public operation x every
@@ -31,20 +36,29 @@ from cuguard.testing._faults import restore_fault as restore_fault
 from cuguard.testing._faults import sticky as sticky
 from cuguard.testing._misuse import MisuseResult as MisuseResult
 from cuguard.testing._misuse import run_misuse_sweep as run_misuse_sweep
+from cuguard.testing._sim import DevicePointer as DevicePointer
+from cuguard.testing._sim import KernelLaunch as KernelLaunch
 from cuguard.testing._sim import LiveObject as LiveObject
+from cuguard.testing._sim import MissingStandInError as MissingStandInError
 from cuguard.testing._sim import SimulatedCrash as SimulatedCrash
 from cuguard.testing._sim import SimulatedDriver as SimulatedDriver
 from cuguard.testing._sim import nothing_left_behind as nothing_left_behind
+from cuguard.testing._sim import register_stand_in as register_stand_in
+from cuguard.testing._sim import remove_stand_in as remove_stand_in
 from cuguard.testing._sim import simulated_driver as simulated_driver
+from cuguard.testing._sim import stand_in as stand_in
 from cuguard.testing.sweep import SweepResult as SweepResult
 from cuguard.testing.sweep import Violation as Violation
 from cuguard.testing.sweep import run_sweep as run_sweep
 
 __all__ = [
+    "DevicePointer",
     "DriverCall",
     "FaultPlan",
     "FaultProxy",
+    "KernelLaunch",
     "LiveObject",
+    "MissingStandInError",
     "MisuseResult",
     "SimulatedCrash",
     "SimulatedDriver",
@@ -55,10 +69,13 @@ __all__ = [
     "leak_check",
     "nothing_left_behind",
     "record_calls",
+    "register_stand_in",
+    "remove_stand_in",
     "restore_fault",
     "run_misuse_sweep",
     "run_sweep",
     "simulated_driver",
+    "stand_in",
     "sticky",
 ]
 

@@ -151,6 +151,8 @@ _LEDGER: dict[str, tuple[str, bool, int, int]] = {
     "cuEventCreate": ("event", True, 1, 1),
     "cuMemAlloc": ("device_memory", True, 1, 1),
     "cuMemAllocAsync": ("device_memory", True, 1, 1),
+    "cuMemAllocManaged": ("device_memory", True, 1, 1),
+    "cuMemAllocPitch": ("device_memory", True, 1, 1),
     "cuMemAllocHost": ("host_memory", True, 1, 1),
     "cuMemHostAlloc": ("host_memory", True, 1, 1),
     "cuModuleLoadData": ("module", True, 1, 1),
@@ -239,7 +241,10 @@ class FaultProxy:
         source = result if from_result else args
         if index >= len(source):
             return
-        key = (kind, _handle_int(source[index]))
+        handle = _handle_int(source[index])
+        if from_result and handle == 0:
+            return  # NULL is no object (a zero-byte allocation may return it; freeing it does nothing)
+        key = (kind, handle)
         with self._lock:
             count = self.live.get(key, 0) + delta
             if count > 0:

@@ -96,13 +96,14 @@ def pytest_configure(config: pytest.Config) -> None:
         if given and given != chosen:
             raise pytest.UsageError(f"--cuguard-driver={chosen} contradicts {DRIVER_VARIABLE}={given}")
         os.environ[DRIVER_VARIABLE] = chosen
+    else:
+        # Not on the command line: CUGUARD_DRIVER decides when it is set, else the simulator.
+        given = os.environ.get(DRIVER_VARIABLE, "").strip().lower()
+        config.option.cuguard_driver = "real" if given == default_driver_choice() == "real" else "sim"
 
 
 def _driver_name(config: pytest.Config) -> str:
-    chosen = config.getoption("--cuguard-driver")
-    if chosen is None:
-        chosen = "real" if default_driver_choice() == "real" and DRIVER_VARIABLE in os.environ else "sim"
-    return str(chosen)
+    return str(config.getoption("--cuguard-driver"))
 
 
 def _real_unavailable() -> str | None:

@@ -153,6 +153,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add("errors.flush_deferred", None, E.flush_deferred, _v("timeout", None, 0, 1.0, 5))
     add("graphs.flush_deferred", None, G.flush_deferred, _v("timeout", None, 0, 1.0))
     add("graphs.pending_payloads", None, G.pending_payloads)
+    add("errors.default_driver_choice", None, E.default_driver_choice)
 
     # --- context -----------------------------------------------------------------------------
     add("context.init_driver", None, C.init_driver)
@@ -378,6 +379,8 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=3,
     )
     add("pack_args", None, lambda *args: R.pack_args(args), kargs)
+    add("Kernel.pack", "Kernel", lambda k, *args: k.pack(args)[0], kargs)
+    add("Kernel.parameters", "Kernel", lambda k: (k.parameters, k.name), uses_receiver=False)
 
     # --- graphs: definitions -------------------------------------------------------------------
     add(

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 from cuda.bindings import driver as cb
 
 from cuguard.errors import error_description, error_name, forget_driver
+from cuguard.testing._bindings import CTX_CREATE_PARAMS
 from cuguard.testing._sim.accounting import (
     Changes,
     Incident,
@@ -27,7 +28,16 @@ from cuguard.testing._sim.accounting import (
     SimulatedFault,
     Snapshot,
 )
-from cuguard.testing._sim.facts import DRIVER_VERSION, PRE_INIT_CALLS, STICKY_EXEMPT
+from cuguard.testing._sim.arguments import argument_check
+from cuguard.testing._sim.facts import (
+    DRIVER_VERSION,
+    HOST_ALLOC_FLAGS_MASK,
+    PRE_INIT_CALLS,
+    STICKY_EXEMPT,
+    context_flags_valid,
+    event_flags_valid,
+)
+from cuguard.testing._sim.standins import DevicePointer, KernelLaunch, MissingStandInError, stand_in_for
 from cuguard.testing._sim.state import Alloc, Ctx, Event, Function, Module, Op, Stream
 from cuguard.testing._sim.worker import Worker
 
@@ -111,8 +121,11 @@ def api(outputs: int = 0, *, locked: bool = True, callbacks: bool = False) -> Ca
     def decorate(fn: F) -> F:
         name = fn.__name__
         pad = (None,) * outputs
+        check = argument_check(name, fn)  # what cuda-bindings refuses before the driver
 
         def wrapper(self: SimCore, *args: Any, **kwargs: Any) -> Any:
+            if check is not None:
+                check(args, kwargs)
             if self._worker.on_worker() and name not in _CALLBACK_SAFE:
                 # CUDA forbids API calls from host functions; the driver says so.
                 self._note(self.misuse, name, "driver call from a host function, on the driver's thread")
@@ -203,7 +216,7 @@ _ATTRIBUTES: dict[str, int] = {
     "COOPERATIVE_LAUNCH": 1,
     "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448,
     "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
-    "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": 1,
+    "VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED": 1,
     "MEMORY_POOLS_SUPPORTED": 1,
     "GPU_DIRECT_RDMA_SUPPORTED": 1,
     "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED": 1,
@@ -218,7 +231,39 @@ _ATTRIBUTES: dict[str, int] = {
     "NUMA_CONFIG": 0,
     "NUMA_ID": -1,
     "HOST_NUMA_ID": 0,
+    "MAXIMUM_TEXTURE1D_WIDTH": 131072,
+    "MAXIMUM_TEXTURE2D_WIDTH": 131072,
+    "MAXIMUM_TEXTURE2D_HEIGHT": 65536,
+    "MAXIMUM_TEXTURE3D_WIDTH": 16384,
+    "MAXIMUM_TEXTURE3D_HEIGHT": 16384,
+    "MAXIMUM_TEXTURE3D_DEPTH": 16384,
+    "SURFACE_ALIGNMENT": 512,
+    "TEXTURE_PITCH_ALIGNMENT": 32,
+    "CAN_TEX2D_GATHER": 1,
+    "SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO": 2,
+    "CAN_FLUSH_REMOTE_WRITES": 0,
+    "HOST_REGISTER_SUPPORTED": 1,
+    "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES": 0,
+    "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST": 0,
+    "GENERIC_COMPRESSION_SUPPORTED": 1,
+    "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED": 1,
+    "SPARSE_CUDA_ARRAY_SUPPORTED": 1,
+    "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED": 1,
+    "GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS": 1,
+    "MEMPOOL_SUPPORTED_HANDLE_TYPES": 1,
+    "CAN_USE_64_BIT_STREAM_MEM_OPS": 1,
+    "CAN_USE_STREAM_WAIT_VALUE_NOR": 1,
+    "TENSOR_MAP_ACCESS_SUPPORTED": 1,
+    "MPS_ENABLED": 0,
+    "GPU_PCI_DEVICE_ID": 0x233510DE,  # device 0x2335 (H200 SXM), vendor 0x10de
 }
+
+#: PCI bus numbers of the eight GPUs of an HGX H200 board: device ``n`` is on the
+#: ``n % 8``-th, in PCI domain ``n // 8`` (what PCI_BUS_ID, PCI_DOMAIN_ID and
+#: cuDeviceGetPCIBusId report).
+PCI_BUSES = (0x19, 0x3B, 0x4C, 0x5D, 0x9B, 0xBB, 0xCB, 0xDB)
+_PCI_BUS_ID = int(cb.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)
+_PCI_DOMAIN_ID = int(cb.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)
 
 
 def _attribute_table() -> dict[int, int]:
@@ -254,6 +299,17 @@ _CTYPES: dict[tuple[bytes, bytes], Any] = {
 }
 
 
+_ALIGN = re.compile(rb"\.align\s+(\d+)")
+_TRIVIAL_BODY = re.compile(rb"\{\s*ret\s*;\s*\}")
+_COMMENTS = re.compile(rb"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def _byte_array(size: int, align: int) -> Any:
+    """A ctypes array type of ``size`` bytes that remembers its PTX alignment."""
+    array = ctypes.c_uint8 * size
+    return type(f"b8x{size}_align{align}", (array,), {"ptx_align": align})
+
+
 def parse_ptx(text: bytes) -> dict[str, tuple[Any, ...] | None]:
     """Kernel names of a PTX text and, where readable, the ctypes of their parameters."""
     entries: dict[str, tuple[Any, ...] | None] = {}
@@ -271,10 +327,36 @@ def parse_ptx(text: bytes) -> dict[str, tuple[Any, ...] | None]:
                 ctype = _CTYPES[(tm.group(1), tm.group(2))]
                 am = _ARRAY.search(param)
                 if am is not None:
-                    ctype = ctypes.c_char * (int(am.group(1)) * ctypes.sizeof(ctype))
+                    al = _ALIGN.search(param)
+                    size = int(am.group(1)) * ctypes.sizeof(ctype)
+                    ctype = _byte_array(size, int(al.group(1)) if al else ctypes.sizeof(ctype))
                 types.append(ctype)
         entries[name] = tuple(types) if ok else None
     return entries
+
+
+def ptx_trivial_entries(text: bytes) -> frozenset[str]:
+    """The entries of a PTX text whose body is only ``ret;``: they do nothing on a GPU either."""
+    bare = _COMMENTS.sub(b"", text)
+    out: set[str] = set()
+    for match in _ENTRY.finditer(bare):
+        brace = bare.find(b"{", match.end())
+        if brace >= 0 and _TRIVIAL_BODY.match(bare, brace):
+            out.add(match.group(1).decode())
+    return frozenset(out)
+
+
+def param_layout(types: tuple[Any, ...]) -> list[tuple[int, int]]:
+    """``(offset, size)`` of each parameter in a kernel's parameter buffer (natural alignment)."""
+    layout: list[tuple[int, int]] = []
+    offset = 0
+    for ctype in types:
+        size = ctypes.sizeof(ctype)
+        align = int(getattr(ctype, "ptx_align", 0) or ctypes.alignment(ctype))
+        offset = (offset + align - 1) // align * align
+        layout.append((offset, size))
+        offset += size
+    return layout
 
 
 def parse_elf_functions(image: bytes) -> dict[str, tuple[Any, ...] | None]:
@@ -300,9 +382,46 @@ def parse_elf_functions(image: bytes) -> dict[str, tuple[Any, ...] | None]:
                 if st_info & 0xF == 2 and st_info >> 4 == 1:  # STT_FUNC, STB_GLOBAL
                     end = image.index(b"\0", str_off + st_name)
                     out[image[str_off + st_name : end].decode(errors="replace")] = None
-    except (IndexError, struct.error) as exc:
+        names = sections[struct.unpack_from("<H", image, 0x3E)[0]][4]
+        for sec in sections:
+            end = image.index(b"\0", names + sec[0])
+            section = image[names + sec[0] : end].decode(errors="replace")
+            if section.startswith(_KERNEL_INFO) and section[len(_KERNEL_INFO) :] in out:
+                out[section[len(_KERNEL_INFO) :]] = _kernel_params(image[sec[4] : sec[4] + sec[5]])
+    except (IndexError, struct.error, ValueError) as exc:
         raise ValueError(f"malformed ELF image: {exc}") from None
     return out
+
+
+_KERNEL_INFO = ".nv.info."
+_KPARAM_INFO = 0x17  # the attribute that describes one kernel parameter
+_SIZED = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32, 8: ctypes.c_uint64}
+
+
+def _kernel_params(info: bytes) -> tuple[Any, ...] | None:
+    """Parameter ctypes (by size: a cubin keeps sizes and offsets, not types) from a ``.nv.info.<kernel>`` section."""
+    found: dict[int, tuple[int, int]] = {}
+    at = 0
+    while at + 2 <= len(info):
+        fmt, attr = info[at], info[at + 1]
+        if fmt == 4:  # a value with a 16-bit length
+            (size,) = struct.unpack_from("<H", info, at + 2)
+            payload = info[at + 4 : at + 4 + size]
+            at += 4 + size
+        else:
+            payload = info[at + 2 : at + 4] if fmt == 3 else b""
+            at += 4 if fmt == 3 else 2
+        if attr == _KPARAM_INFO and len(payload) >= 12:
+            _index, ordinal, offset, packed = struct.unpack_from("<IHHI", payload)
+            found[ordinal] = (offset, (packed >> 18) & 0x3FFF)
+    if sorted(found) != list(range(len(found))):
+        return None
+    types: list[Any] = []
+    for ordinal in range(len(found)):
+        offset, size = found[ordinal]
+        align = next(a for a in (8, 4, 2, 1) if offset % a == 0)
+        types.append(_SIZED.get(size) or _byte_array(size, align))
+    return tuple(types) if param_layout(tuple(types)) == [found[i] for i in range(len(found))] else None
 
 
 class SimCore:
@@ -759,14 +878,18 @@ class SimCore:
 
     @api(1, locked=False)
     def cuDeviceGetAttribute(self, attrib: Any, dev: Any) -> tuple[Any, ...]:
-        self._device(dev)
+        ordinal = self._device(dev)
         key = int(attrib)
+        if key in (_PCI_BUS_ID, _PCI_DOMAIN_ID):
+            return (SUCCESS, PCI_BUSES[ordinal % 8] if key == _PCI_BUS_ID else ordinal // 8)
         value = self._attributes.get(key)
         if value is None:
             try:
-                cb.CUdevice_attribute(key)
+                member = cb.CUdevice_attribute(key)
             except ValueError:
                 raise Status(INVALID_VALUE) from None
+            if member.name == "CU_DEVICE_ATTRIBUTE_MAX":
+                raise Status(INVALID_VALUE)
             value = 0
         return (SUCCESS, value)
 
@@ -777,8 +900,10 @@ class SimCore:
 
     @api(1, locked=False)
     def cuDeviceGetUuid(self, dev: Any) -> tuple[Any, ...]:
-        self._device(dev)
-        return (SUCCESS, cb.CUuuid())
+        ordinal = self._device(dev)
+        uuid = cb.CUuuid()
+        ctypes.memmove(uuid.getPtr(), b"cuguard-sim-" + ordinal.to_bytes(4, "big"), 16)  # one per device
+        return (SUCCESS, uuid)
 
     # --- contexts ----------------------------------------------------------------------------------
 
@@ -841,15 +966,29 @@ class SimCore:
                 self._add_live("context", ctx.handle, None, "cuDevicePrimaryCtxRetain", ctx.refcount)
         return OK
 
-    @api(1)
-    def cuCtxCreate(self, ctxCreateParams: Any, flags: int, dev: Any) -> tuple[Any, ...]:
+    def _create_context(self, dev: Any, flags: int = 0) -> tuple[Any, ...]:
         ordinal = self._device(dev)
-        ctx = Ctx(self._handle(), ordinal, False, "cuCtxCreate", gen=0, destroyed=True)
+        if not context_flags_valid(int(flags)):
+            raise Status(INVALID_VALUE)
+        ctx = Ctx(self._handle(), ordinal, False, "cuCtxCreate", gen=0, destroyed=True, flags=int(flags))
         self._activate(ctx)
         self._ctxs[ctx.handle] = ctx
         self._add_live("context", ctx.handle, None, "cuCtxCreate")
         self._stack().append(ctx)
         return (SUCCESS, cb.CUcontext(ctx.handle))
+
+    # The signature of the installed cuda-bindings (see cuguard.testing._bindings).
+    if CTX_CREATE_PARAMS:
+
+        @api(1)
+        def cuCtxCreate(self, ctxCreateParams: Any, flags: int, dev: Any) -> tuple[Any, ...]:
+            return self._create_context(dev, flags)
+
+    else:
+
+        @api(1)
+        def cuCtxCreate(self, flags: int, dev: Any) -> tuple[Any, ...]:  # type: ignore[misc]  # 12.x
+            return self._create_context(dev, flags)
 
     @api(0, locked=False)
     def cuCtxDestroy(self, ctx: Any) -> tuple[Any, ...]:
@@ -1073,7 +1212,7 @@ class SimCore:
     @api(1)
     def cuEventCreate(self, Flags: int) -> tuple[Any, ...]:
         flags = int(Flags)
-        if flags & ~0xF:
+        if not event_flags_valid(flags):
             raise Status(INVALID_VALUE)
         ctx = self._require_ctx()
         handle = self._handle()
@@ -1205,6 +1344,8 @@ class SimCore:
 
     @api(0)
     def cuMemFree(self, dptr: Any) -> tuple[Any, ...]:
+        if h(dptr) == 0:
+            return OK  # freeing NULL does nothing (assumed, as free(NULL); see differential.py)
         alloc = self._alloc_for_free(dptr, "cuMemFree")
         self._check_free(alloc, "cuMemFree", None)
         self._release_alloc(alloc)
@@ -1220,6 +1361,8 @@ class SimCore:
     @api(0)
     def cuMemFreeAsync(self, dptr: Any, hStream: Any) -> tuple[Any, ...]:
         st = self._stream(hStream, "cuMemFreeAsync")
+        if h(dptr) == 0:
+            return OK  # freeing NULL does nothing (assumed, as for cuMemFree)
         alloc = self._alloc_for_free(dptr, "cuMemFreeAsync")
         self._check_free(alloc, "cuMemFreeAsync", st)
         self._release_alloc(alloc)
@@ -1228,7 +1371,9 @@ class SimCore:
 
     def _host_alloc(self, size: int, call: str) -> tuple[Any, ...]:
         ctx = self._require_ctx()
-        if size <= 0:
+        if size == 0:
+            return (SUCCESS, 0)  # nothing allocated, NULL returned (assumed; see differential.py)
+        if size < 0:
             raise Status(INVALID_VALUE)
         if size > self._memory_per_device:
             raise Status(R.CUDA_ERROR_OUT_OF_MEMORY)
@@ -1246,13 +1391,15 @@ class SimCore:
 
     @api(1)
     def cuMemHostAlloc(self, bytesize: int, Flags: int) -> tuple[Any, ...]:
-        if int(Flags) & ~0xF:
+        if int(Flags) & ~HOST_ALLOC_FLAGS_MASK:
             raise Status(INVALID_VALUE)
         return self._host_alloc(int(bytesize), "cuMemHostAlloc")
 
     @api(0)
     def cuMemFreeHost(self, p: Any) -> tuple[Any, ...]:
         addr = h(p)
+        if addr == 0:
+            return OK  # freeing NULL does nothing (assumed, as for cuMemFree)
         alloc = self._host_allocs.get(addr)
         if alloc is None:
             raise Status(INVALID_VALUE)
@@ -1452,7 +1599,22 @@ class SimCore:
 
     # --- modules, libraries, kernels ----------------------------------------------------------
 
-    def _image_entries(self, image: Any) -> dict[str, tuple[Any, ...] | None]:
+    def _image_entries(self, image: Any) -> tuple[dict[str, tuple[Any, ...] | None], frozenset[str]]:
+        """The kernels of an image (names and parameter ctypes) and those that do nothing."""
+        data = self._image_data(image)
+        registered = self._images.get(data)
+        if registered is not None:
+            return dict(registered), frozenset()
+        if data.startswith(b"\x7fELF"):
+            try:
+                return parse_elf_functions(data), frozenset()
+            except ValueError:
+                raise Status(R.CUDA_ERROR_INVALID_IMAGE) from None
+        if b".entry" in data or b".version" in data or b".target" in data:
+            return parse_ptx(data), ptx_trivial_entries(data)
+        raise Status(R.CUDA_ERROR_INVALID_IMAGE)
+
+    def _image_data(self, image: Any) -> bytes:
         if isinstance(image, str):
             data = image.encode()
         elif isinstance(image, int) or (not _is_buffer(image) and hasattr(image, "__int__")):
@@ -1469,24 +1631,14 @@ class SimCore:
                 data = ctypes.string_at(addr)
         else:
             data = bytes(_byte_view(image))
-        registered = self._images.get(data)
-        if registered is not None:
-            return dict(registered)
-        if data.startswith(b"\x7fELF"):
-            try:
-                return parse_elf_functions(data)
-            except ValueError:
-                raise Status(R.CUDA_ERROR_INVALID_IMAGE) from None
-        if b".entry" in data or b".version" in data or b".target" in data:
-            return parse_ptx(data)
-        raise Status(R.CUDA_ERROR_INVALID_IMAGE)
+        return data
 
     @api(1)
     def cuModuleLoadData(self, image: Any) -> tuple[Any, ...]:
         ctx = self._require_ctx()
-        entries = self._image_entries(image)
+        entries, trivial = self._image_entries(image)
         handle = self._handle()
-        self._modules[handle] = Module(handle, ctx, ctx.gen, "cuModuleLoadData", entries)
+        self._modules[handle] = Module(handle, ctx, ctx.gen, "cuModuleLoadData", entries, trivial=trivial)
         self._add_live("module", handle, ctx, "cuModuleLoadData")
         return (SUCCESS, cb.CUmodule(handle))
 
@@ -1541,9 +1693,9 @@ class SimCore:
         libraryOptionValues: Any,
         numLibraryOptions: int,
     ) -> tuple[Any, ...]:
-        entries = self._image_entries(code)
+        entries, trivial = self._image_entries(code)
         handle = self._handle()
-        self._modules[handle] = Module(handle, None, 0, "cuLibraryLoadData", entries, library=True)
+        self._modules[handle] = Module(handle, None, 0, "cuLibraryLoadData", entries, library=True, trivial=trivial)
         self._add_live("library", handle, None, "cuLibraryLoadData")
         return (SUCCESS, cb.CUlibrary(handle))
 
@@ -1572,6 +1724,18 @@ class SimCore:
         self._require_ctx()
         return (SUCCESS, cb.CUfunction(fn.handle))
 
+    @api(2)
+    def cuFuncGetParamInfo(self, func: Any, paramIndex: int) -> tuple[Any, ...]:
+        fn = self._function(func, "cuFuncGetParamInfo")
+        declared = fn.module.entries.get(fn.name)
+        if declared is None:
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)  # an image whose parameter list is not known
+        index = int(paramIndex)
+        if not 0 <= index < len(declared):
+            raise Status(INVALID_VALUE)
+        offset, size = param_layout(declared)[index]
+        return (SUCCESS, offset, size)
+
     def _function(self, value: Any, call: str) -> Function:
         handle = h(value)
         fn = self._functions.get(handle)
@@ -1592,6 +1756,10 @@ class SimCore:
         if isinstance(kernelParams, (tuple, list)):
             if len(kernelParams) == 2 and isinstance(kernelParams[0], (tuple, list)):
                 values, types = kernelParams
+                declared = fn.module.entries.get(fn.name)
+                if declared is not None and fn.name not in self._kernels:
+                    # What the kernel reads: each argument's bytes, as its parameter's type.
+                    return self._reinterpret(fn, values, types, declared)
                 return tuple(_plain(v, t) for v, t in zip(values, types, strict=False))
             return tuple(_plain(v, None) for v in kernelParams)
         addr = int(kernelParams)
@@ -1616,6 +1784,56 @@ class SimCore:
             out.append(value.value if hasattr(value, "value") and not isinstance(value, ctypes.Array) else bytes(value))
         return tuple(out)
 
+    def _reinterpret(self, fn: Function, values: Any, types: Any, declared: tuple[Any, ...]) -> tuple[Any, ...]:
+        if len(values) < len(declared):
+            # The driver reads one pointer per declared parameter from the argument array:
+            # past its end it dereferences whatever follows.
+            raise self._crash(
+                "cuLaunchKernel",
+                f"kernel {fn.name!r} takes {len(declared)} parameters and was given {len(values)} arguments",
+            )
+        out: list[Any] = []
+        for value, given, ctype in zip(values, types, declared, strict=False):
+            raw = _arg_bytes(value, given)
+            size = ctypes.sizeof(ctype)
+            raw = raw[:size].ljust(size, b"\0")
+            decoded = ctype.from_buffer_copy(raw)
+            out.append(bytes(decoded) if isinstance(decoded, ctypes.Array) else decoded.value)
+        return tuple(out)
+
+    def view(self, ptr: Any, n: int) -> memoryview:
+        """A writable view of the ``n`` bytes of memory at ``ptr``: writes reach that memory.
+
+        Faults like :meth:`read` outside every allocation; a view of freed memory
+        is recorded in :attr:`dangling` and writes to it go nowhere.
+        """
+        with self._lock:
+            alloc, off = self._access(int(ptr), n, "view")
+            if alloc is None:
+                return memoryview(bytearray(n))
+            if alloc.host:
+                return memoryview((ctypes.c_uint8 * n).from_address(alloc.base + off)).cast("B")
+            if alloc.data is None:
+                alloc.data = bytearray(alloc.size)
+            return memoryview(alloc.data)[off : off + n]
+
+    def _stand_in_args(self, fn: Function, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        declared = fn.module.entries.get(fn.name)
+        out: list[Any] = []
+        for i, value in enumerate(args):
+            ctype = declared[i] if declared is not None and i < len(declared) else None
+            if isinstance(value, int) and (ctype is None or ctype in _POINTER_LIKE):
+                out.append(DevicePointer(value, self))
+            else:
+                out.append(value)
+        return tuple(out)
+
+    def _require_stand_in(self, fn: Function) -> None:
+        """Raise :class:`MissingStandInError` unless something can run in place of ``fn``."""
+        if fn.name in self._kernels or fn.name in fn.module.trivial or stand_in_for(fn.name) is not None:
+            return
+        raise MissingStandInError(fn.name)
+
     def _arg_refs(self, args: tuple[Any, ...], call: str, name: str) -> frozenset[int]:
         refs: set[int] = set()
         for value in args:
@@ -1629,13 +1847,21 @@ class SimCore:
 
     def _kernel_runner(self, fn: Function, args: tuple[Any, ...], launch: dict[str, Any]) -> Callable[[], None]:
         def run() -> None:
-            registered = self._kernels.get(fn.name)
-            if registered is None or self._poison is not None or self._pending_fault is not None:
+            if self._poison is not None or self._pending_fault is not None:
                 return
+            registered = self._kernels.get(fn.name)
+            if registered is not None:
+                call: Callable[[], Any] = lambda: registered[0](self, *args)  # noqa: E731
+            else:
+                user = stand_in_for(fn.name)
+                if user is None:
+                    return  # a kernel that does nothing (checked at the launch)
+                info = KernelLaunch(fn.name, launch["grid"], launch["block"], launch["shared"], self)
+                call = lambda: user(info, *self._stand_in_args(fn, args))  # noqa: E731
             self._tls.in_kernel = True
             self.current_launch = launch
             try:
-                result = registered[0](self, *args)
+                result = call()
             except SimulatedFault as exc:
                 self.fault_later(exc.code)
                 return
@@ -1675,6 +1901,7 @@ class SimCore:
             raise Status(INVALID_VALUE)
         if int(sharedMemBytes) > 232448:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
+        self._require_stand_in(fn)
         args = self.decode_params(fn, kernelParams)
         refs = self._arg_refs(args, "cuLaunchKernel", fn.name)
         launch = {"name": fn.name, "grid": grid, "block": block, "shared": int(sharedMemBytes), "stream": st.handle}
@@ -1723,3 +1950,15 @@ def _plain(value: Any, ctype: Any) -> Any:
         except TypeError:
             return value
     return value
+
+
+_POINTER_LIKE = frozenset({ctypes.c_uint64, ctypes.c_void_p})
+
+
+def _arg_bytes(value: Any, given: Any) -> bytes:
+    """The bytes cuda-bindings puts in the parameter buffer for one ``(value, ctype)`` argument."""
+    if isinstance(value, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure)):
+        return bytes(value)
+    if given is None:
+        return ctypes.c_uint64(h(value)).value.to_bytes(8, "little")
+    return bytes(given(value))

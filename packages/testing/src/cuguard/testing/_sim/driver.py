@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -9,18 +10,29 @@ from typing import Any
 
 from cuguard.errors import flush_deferred, use_driver
 from cuguard.testing._sim.graphs import SimGraphs
+from cuguard.testing._sim.queries import SimQueries
 
-__all__ = ["SIM_DEVICES_VARIABLE", "SimulatedDriver", "driver_from_environment", "simulated_driver"]
+__all__ = [
+    "SIM_DEVICES_VARIABLE",
+    "SIM_STAND_INS_VARIABLE",
+    "SimulatedDriver",
+    "driver_from_environment",
+    "simulated_driver",
+]
 
 #: Environment variable with the device count of the driver ``CUGUARD_DRIVER=sim`` makes.
 SIM_DEVICES_VARIABLE = "CUGUARD_SIM_DEVICES"
+#: Environment variable naming modules (comma-separated) that register kernel stand-ins.
+SIM_STAND_INS_VARIABLE = "CUGUARD_SIM_STAND_INS"
 
 
-class SimulatedDriver(SimGraphs):
-    """A CPU-only CUDA driver with the functions of ``cuda.bindings.driver`` 13.x.
+class SimulatedDriver(SimGraphs, SimQueries):
+    """A CPU-only CUDA driver with the functions of ``cuda.bindings.driver``.
 
     Every driver function has the name, parameters and return convention of
-    cuda-bindings: it returns a tuple whose first element is a real
+    the installed cuda-bindings, 12.9.x or 13.x (they differ in
+    ``cuCtxCreate`` and the graph edge functions, which gained ``edgeData`` in
+    13.x): it returns a tuple whose first element is a real
     ``CUresult`` and whose other elements are real cuda-bindings handles
     (``CUcontext``, ``CUstream``, ``CUdeviceptr``, ...), or ``None`` each when
     the status is a failure. Handle arguments may be cuda-bindings objects or
@@ -75,8 +87,12 @@ def simulated_driver(devices: int = 2, **kwargs: Any) -> Iterator[SimulatedDrive
 def driver_from_environment() -> SimulatedDriver:
     """The simulated driver ``CUGUARD_DRIVER=sim`` installs for the whole process.
 
-    It has ``CUGUARD_SIM_DEVICES`` devices (1 when unset). Raises ``ValueError``
-    when that is not an int of 0 or more; cuguard reports it as a
+    It has ``CUGUARD_SIM_DEVICES`` devices (1 when unset). The modules named in
+    ``CUGUARD_SIM_STAND_INS`` (comma-separated, e.g. ``myproject.stand_ins``)
+    are imported first, so that the kernel stand-ins they register exist
+    without a change to the program. Raises ``ValueError`` when the device
+    count is not an int of 0 or more and ``ImportError`` for a module that
+    cannot be imported; cuguard reports either as a
     :class:`~cuguard.errors.CUDADriverNotFoundError` at the first driver call.
     Registered as the ``sim`` provider of the ``cuguard.drivers`` entry points.
     """
@@ -87,4 +103,7 @@ def driver_from_environment() -> SimulatedDriver:
         devices = -1
     if devices < 0:
         raise ValueError(f"{SIM_DEVICES_VARIABLE}={text!r} is not a device count (an int of 0 or more)")
+    for name in os.environ.get(SIM_STAND_INS_VARIABLE, "").split(","):
+        if name.strip():
+            importlib.import_module(name.strip())
     return SimulatedDriver(devices)

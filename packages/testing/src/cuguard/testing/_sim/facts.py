@@ -10,9 +10,20 @@ driver does after a kernel fault.
 from __future__ import annotations
 
 __all__ = [
+    "CONTEXT_FLAGS_MASK",
     "CRASHING_CASES",
     "DRIVER_VERSION",
+    "EVENT_FLAGS_MASK",
+    "FUNCTION_ATTRIBUTE_DEFAULTS",
+    "HOST_ALLOC_FLAGS_MASK",
+    "MANAGED_ATTACH_FLAGS",
+    "PITCH_ALIGNMENT",
+    "PITCH_ELEMENT_SIZES",
     "PRE_INIT_CALLS",
+    "STREAM_FLAGS",
+    "STREAM_PRIORITY_RANGE",
+    "context_flags_valid",
+    "event_flags_valid",
     "STICKY_ASSUMED_SUCCEEDS",
     "STICKY_EXEMPT",
     "STICKY_OBSERVED_FAILS",
@@ -72,6 +83,8 @@ STICKY_ASSUMED_SUCCEEDS: frozenset[str] = frozenset(
         "cuDeviceGetAttribute",
         "cuDeviceTotalMem",
         "cuDeviceGetUuid",
+        "cuDeviceGetPCIBusId",
+        "cuDevicePrimaryCtxGetState",
         "cuCtxGetDevice",
         "cuCtxPushCurrent",
         "cuCtxPopCurrent",
@@ -123,4 +136,81 @@ CRASHING_CASES: dict[str, str] = {
     "graph_add_kernel_node_without_context": (
         "cuGraphAddKernelNode while no context is current (even with the params' ctx set): segmentation fault"
     ),
+}
+
+
+# --- argument rules of the driver ------------------------------------------------------------
+# Each rule says where it comes from: the CUDA driver API documentation ("documented"), or a
+# choice where the documentation is silent ("assumed"); the differential harness
+# (scripts/differential.py) checks every one of them against a real GPU.
+
+#: Valid ``cuCtxCreate`` / ``cuDevicePrimaryCtxSetFlags`` flag bits (``CU_CTX_FLAGS_MASK``);
+#: at most one scheduling flag of ``CU_CTX_SCHED_MASK`` (documented: "Only one of the
+#: scheduling flags can be set"). Other bits: ``CUDA_ERROR_INVALID_VALUE`` (assumed).
+CONTEXT_FLAGS_MASK = 0xFF
+_SCHED_MASK = 0x07
+
+
+def context_flags_valid(flags: int) -> bool:
+    """Whether the driver accepts ``flags`` for a context (see :data:`CONTEXT_FLAGS_MASK`)."""
+    sched = flags & _SCHED_MASK
+    return not flags & ~CONTEXT_FLAGS_MASK and sched in (0, 1, 2, 4)
+
+
+#: Valid ``cuStreamCreate`` / ``cuStreamCreateWithPriority`` flags (documented:
+#: ``CU_STREAM_DEFAULT``, ``CU_STREAM_NON_BLOCKING``); others: ``CUDA_ERROR_INVALID_VALUE``.
+STREAM_FLAGS = frozenset({0, 1})
+
+#: ``cuCtxGetStreamPriorityRange`` of an H200: (least, greatest). A priority outside it is
+#: clamped into it, not refused (documented).
+STREAM_PRIORITY_RANGE = (0, -5)
+
+#: Valid ``cuEventCreate`` flag bits (``BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS``); other
+#: bits are ``CUDA_ERROR_INVALID_VALUE`` (assumed), and so is ``CU_EVENT_INTERPROCESS`` without
+#: ``CU_EVENT_DISABLE_TIMING`` (documented: it "must be specified along with" it).
+EVENT_FLAGS_MASK = 0x07
+
+
+def event_flags_valid(flags: int) -> bool:
+    """Whether the driver accepts ``flags`` for ``cuEventCreate``."""
+    return not flags & ~EVENT_FLAGS_MASK and (not flags & 4 or bool(flags & 2))
+
+
+#: Valid ``cuMemHostAlloc`` flag bits (``PORTABLE | DEVICEMAP | WRITECOMBINED``, documented as
+#: orthogonal); other bits: ``CUDA_ERROR_INVALID_VALUE`` (assumed).
+HOST_ALLOC_FLAGS_MASK = 0x07
+
+#: ``cuMemAllocManaged`` flags: exactly one of ``CU_MEM_ATTACH_GLOBAL`` and
+#: ``CU_MEM_ATTACH_HOST`` (documented); anything else: ``CUDA_ERROR_INVALID_VALUE``.
+MANAGED_ATTACH_FLAGS = frozenset({1, 2})
+
+#: ``cuMemAllocPitch``: ``ElementSizeBytes`` "may be 4, 8 or 16" (documented; others:
+#: ``CUDA_ERROR_INVALID_VALUE``, assumed), and the pitch is the width rounded up to this
+#: alignment (assumed: the texture pitch alignment of recent GPUs).
+PITCH_ELEMENT_SIZES = frozenset({4, 8, 16})
+PITCH_ALIGNMENT = 512
+
+#: ``cuFuncGetAttribute`` of a kernel with no shared, constant or local memory and no launch
+#: bounds, by ``CUfunction_attribute`` name (assumed, H200-like; ``NUM_REGS`` is what ptxas
+#: gives a trivial kernel). ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` starts at 48 KiB; raising it
+#: (up to the device's opt-in limit) is what allows a launch with more.
+FUNCTION_ATTRIBUTE_DEFAULTS: dict[str, int] = {
+    "MAX_THREADS_PER_BLOCK": 1024,
+    "SHARED_SIZE_BYTES": 0,
+    "CONST_SIZE_BYTES": 0,
+    "LOCAL_SIZE_BYTES": 0,
+    "NUM_REGS": 4,
+    "PTX_VERSION": 90,
+    "BINARY_VERSION": 90,
+    "CACHE_MODE_CA": 0,
+    "MAX_DYNAMIC_SHARED_SIZE_BYTES": 49152,
+    "PREFERRED_SHARED_MEMORY_CARVEOUT": -1,
+    "CLUSTER_SIZE_MUST_BE_SET": 0,
+    "REQUIRED_CLUSTER_WIDTH": 0,
+    "REQUIRED_CLUSTER_HEIGHT": 0,
+    "REQUIRED_CLUSTER_DEPTH": 0,
+    "NON_PORTABLE_CLUSTER_SIZE_ALLOWED": 0,
+    "CLUSTER_SCHEDULING_POLICY_PREFERENCE": 0,
+    "DEVICE_NODE_UPDATE_SUPPORTED": 0,
+    "SHARED_MEMORY_MODE": 0,
 }

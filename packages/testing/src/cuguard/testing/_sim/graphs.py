@@ -9,6 +9,7 @@ from typing import Any
 
 from cuda.bindings import driver as cb
 
+from cuguard.testing._bindings import EDGE_DATA
 from cuguard.testing._sim.core import DEVICE_BASE, OK, SUCCESS, SimCore, Status, api, h
 from cuguard.testing._sim.state import Alloc, Ctx, Event, Function, Stream
 
@@ -120,6 +121,11 @@ def _listing(items: list[Any], requested: int, make: Any) -> tuple[list[Any], in
     out = [make(x) for x in items[:n]]
     out.extend(make(0) for _ in range(n - len(out)))
     return out, min(n, len(items))
+
+
+def _edge_data(nodes: list[Any]) -> list[Any]:
+    """The ``edgeData`` list 13.x returns beside a node listing: default edges, one per entry."""
+    return [cb.CUgraphEdgeData() for _ in nodes]
 
 
 class SimGraphs(SimCore):
@@ -657,11 +663,7 @@ class SimGraphs(SimCore):
             for a, b in zip(a_items[:count], b_items[:count], strict=True)
         ]
 
-    @api(0)
-    def cuGraphAddDependencies(
-        self, hGraph: Any, from_: Any, to: Any, edgeData: Any, numDependencies: int
-    ) -> tuple[Any, ...]:
-        """Adds edges one by one and stops at the first invalid one (not atomic, as observed)."""
+    def _add_dependencies(self, hGraph: Any, from_: Any, to: Any, numDependencies: int) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddDependencies")
         for a, b in self._edge_lists(graph, from_, to, numDependencies):
             if a.graph is not graph or b.graph is not graph or a is b or (a.handle, b.handle) in graph.edges:
@@ -669,11 +671,7 @@ class SimGraphs(SimCore):
             self._link(a, b)
         return OK
 
-    @api(0)
-    def cuGraphRemoveDependencies(
-        self, hGraph: Any, from_: Any, to: Any, edgeData: Any, numDependencies: int
-    ) -> tuple[Any, ...]:
-        """Removes edges one by one and stops at the first missing one (not atomic, as observed)."""
+    def _remove_dependencies(self, hGraph: Any, from_: Any, to: Any, numDependencies: int) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphRemoveDependencies")
         if self._has_memory_nodes(graph):
             raise Status(R.CUDA_ERROR_NOT_SUPPORTED)
@@ -682,6 +680,39 @@ class SimGraphs(SimCore):
                 raise Status(INVALID_VALUE)
             self._unlink(a, b)
         return OK
+
+    # The signatures of the installed cuda-bindings: 13.x added edgeData (see cuguard.testing._bindings).
+    if EDGE_DATA:
+
+        @api(0)
+        def cuGraphAddDependencies(
+            self, hGraph: Any, from_: Any, to: Any, edgeData: Any, numDependencies: int
+        ) -> tuple[Any, ...]:
+            """Adds edges one by one and stops at the first invalid one (not atomic, as observed)."""
+            return self._add_dependencies(hGraph, from_, to, numDependencies)
+
+        @api(0)
+        def cuGraphRemoveDependencies(
+            self, hGraph: Any, from_: Any, to: Any, edgeData: Any, numDependencies: int
+        ) -> tuple[Any, ...]:
+            """Removes edges one by one and stops at the first missing one (not atomic, as observed)."""
+            return self._remove_dependencies(hGraph, from_, to, numDependencies)
+
+    else:
+
+        @api(0)
+        def cuGraphAddDependencies(  # type: ignore[misc]  # 12.x
+            self, hGraph: Any, from_: Any, to: Any, numDependencies: int
+        ) -> tuple[Any, ...]:
+            """Adds edges one by one and stops at the first invalid one (not atomic, as observed)."""
+            return self._add_dependencies(hGraph, from_, to, numDependencies)
+
+        @api(0)
+        def cuGraphRemoveDependencies(  # type: ignore[misc]  # 12.x
+            self, hGraph: Any, from_: Any, to: Any, numDependencies: int
+        ) -> tuple[Any, ...]:
+            """Removes edges one by one and stops at the first missing one (not atomic, as observed)."""
+            return self._remove_dependencies(hGraph, from_, to, numDependencies)
 
     @api(2)
     def cuGraphGetNodes(self, hGraph: Any, numNodes: int = 0) -> tuple[Any, ...]:
@@ -696,26 +727,55 @@ class SimGraphs(SimCore):
         nodes, n = _listing(roots, numRootNodes, cb.CUgraphNode)
         return (SUCCESS, nodes, n)
 
-    @api(4)
-    def cuGraphGetEdges(self, hGraph: Any, numEdges: int = 0) -> tuple[Any, ...]:
+    def _get_edges(self, hGraph: Any, numEdges: int) -> tuple[Any, Any, int]:
         graph = self._graph(hGraph, "cuGraphGetEdges")
         edges = list(graph.edges)
         froms, n = _listing([a for a, _ in edges], numEdges, cb.CUgraphNode)
         tos, _ = _listing([b for _, b in edges], numEdges, cb.CUgraphNode)
-        data = [cb.CUgraphEdgeData() for _ in froms]
-        return (SUCCESS, froms, tos, data, n)
+        return froms, tos, n
 
-    @api(3)
-    def cuGraphNodeGetDependencies(self, hNode: Any, numDependencies: int = 0) -> tuple[Any, ...]:
+    def _node_dependencies(self, hNode: Any, numDependencies: int) -> tuple[Any, int]:
         node = self._node(hNode, "cuGraphNodeGetDependencies")
-        deps, n = _listing([d.handle for d in node.deps], numDependencies, cb.CUgraphNode)
-        return (SUCCESS, deps, [cb.CUgraphEdgeData() for _ in deps], n)
+        return _listing([d.handle for d in node.deps], numDependencies, cb.CUgraphNode)
 
-    @api(3)
-    def cuGraphNodeGetDependentNodes(self, hNode: Any, numDependentNodes: int = 0) -> tuple[Any, ...]:
+    def _node_dependents(self, hNode: Any, numDependentNodes: int) -> tuple[Any, int]:
         node = self._node(hNode, "cuGraphNodeGetDependentNodes")
-        outs, n = _listing([d.handle for d in node.outs], numDependentNodes, cb.CUgraphNode)
-        return (SUCCESS, outs, [cb.CUgraphEdgeData() for _ in outs], n)
+        return _listing([d.handle for d in node.outs], numDependentNodes, cb.CUgraphNode)
+
+    # The return conventions of the installed cuda-bindings: 13.x returns edgeData before the count.
+    if EDGE_DATA:
+
+        @api(4)
+        def cuGraphGetEdges(self, hGraph: Any, numEdges: int = 0) -> tuple[Any, ...]:
+            froms, tos, n = self._get_edges(hGraph, numEdges)
+            return (SUCCESS, froms, tos, _edge_data(froms), n)
+
+        @api(3)
+        def cuGraphNodeGetDependencies(self, hNode: Any, numDependencies: int = 0) -> tuple[Any, ...]:
+            deps, n = self._node_dependencies(hNode, numDependencies)
+            return (SUCCESS, deps, _edge_data(deps), n)
+
+        @api(3)
+        def cuGraphNodeGetDependentNodes(self, hNode: Any, numDependentNodes: int = 0) -> tuple[Any, ...]:
+            outs, n = self._node_dependents(hNode, numDependentNodes)
+            return (SUCCESS, outs, _edge_data(outs), n)
+
+    else:
+
+        @api(3)
+        def cuGraphGetEdges(self, hGraph: Any, numEdges: int = 0) -> tuple[Any, ...]:
+            froms, tos, n = self._get_edges(hGraph, numEdges)
+            return (SUCCESS, froms, tos, n)
+
+        @api(2)
+        def cuGraphNodeGetDependencies(self, hNode: Any, numDependencies: int = 0) -> tuple[Any, ...]:
+            deps, n = self._node_dependencies(hNode, numDependencies)
+            return (SUCCESS, deps, n)
+
+        @api(2)
+        def cuGraphNodeGetDependentNodes(self, hNode: Any, numDependentNodes: int = 0) -> tuple[Any, ...]:
+            outs, n = self._node_dependents(hNode, numDependentNodes)
+            return (SUCCESS, outs, n)
 
     @api(1)
     def cuGraphNodeGetType(self, hNode: Any) -> tuple[Any, ...]:
@@ -893,6 +953,9 @@ class SimGraphs(SimCore):
         for alloc in ex.allocs:
             if not alloc.freed:
                 raise Status(INVALID_VALUE)  # its previous allocation was not freed
+        for kind, spec in ex.steps:
+            if kind == T.CU_GRAPH_NODE_TYPE_KERNEL:
+                self._require_stand_in(spec.fn)
         for kind, spec in ex.steps:
             self._launch_step(st, kind, spec)
         ex.launches = self._in_flight(ex.launches)

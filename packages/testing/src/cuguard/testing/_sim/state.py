@@ -38,6 +38,7 @@ class Ctx:
     destroyed: bool = False
     null: Stream | None = None
     owned: set[int] = field(default_factory=set)
+    flags: int = 0  # cuCtxCreate's flags; for a primary context, cuDevicePrimaryCtxSetFlags's
 
     def alive(self, gen: int) -> bool:
         return not self.destroyed and self.gen == gen
@@ -113,6 +114,7 @@ class Module:
     entries: dict[str, tuple[Any, ...] | None]
     functions: dict[str, int] = field(default_factory=dict)
     unloaded: bool = False
+    trivial: frozenset[str] = frozenset()  # PTX entries whose body is only ``ret;``
     library: bool = False
 
 

@@ -16,6 +16,7 @@ of every layer is in the registry or in that list.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
 from collections.abc import Callable
@@ -191,6 +192,19 @@ def with_module(env: Env) -> SimpleNamespace:
     s.module = env.own(s.dev.load_module(env.image))
     s.kernel = s.module.get_kernel("fill_u8")
     s.config = env.resources.LaunchConfig(grid=1, block=SIZE)
+    return s
+
+
+# A binary image for the simulator: its kernel's parameter list comes from the driver
+# (cuFuncGetParamInfo), as for a cubin on a real GPU.
+FAKE_CUBIN = b"\x7fELF\x02cuguard sweep image\x00"
+
+
+def with_cubin_module(env: Env) -> SimpleNamespace:
+    s = with_buffers(env)
+    if env.sim is not None:
+        env.sim.register_image(FAKE_CUBIN, {"fill_u8": (ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64)})
+    s.module = env.own(s.dev.load_module(env.image if env.real else FAKE_CUBIN))
     return s
 
 
@@ -579,6 +593,13 @@ def _build() -> list[Scenario]:
         probe=lambda e, s: s.module.get_kernel("fill_u8"),
     )
     add(
+        R + "Module.get_kernel[cubin]",
+        with_cubin_module,
+        lambda e, s: s.module.get_kernel("fill_u8"),
+        covers=(R + "Module.get_kernel",),
+        probe=lambda e, s: s.module.get_kernel("fill_u8"),
+    )
+    add(
         R + "launch",
         with_module,
         lambda e, s: e.resources.launch(s.stream, s.config, s.kernel, s.buf, 5, SIZE),
@@ -793,6 +814,9 @@ NO_DRIVER_CALL: dict[str, str] = {
     "resources.Kernel": "a record of a module's function: no driver call",
     "resources.LaunchConfig": "validates and stores launch dimensions: no driver call",
     "resources.pack_args": "packs kernel arguments in Python: no driver call",
+    "resources.Kernel.pack": "packs kernel arguments in Python: no driver call",
+    "resources.Kernel.parameters": "returns what get_kernel recorded: no driver call",
+    "resources.KernelParameter": "a record of one kernel parameter: no driver call",
     "resources.describe_launch": "formats a launch for fault attribution: no driver call",
     "resources.wait_attributed": "one cuStreamSynchronize, swept through launch with attribution on",
     "resources.Program": "NVRTC compiler, not the CUDA driver (no driver call)",
@@ -818,6 +842,8 @@ NO_DRIVER_CALL: dict[str, str] = {
     "graphs.Node.ptr": _NO_CALL_RESOURCE,
     "graphs.Node.params": _NO_CALL_RESOURCE,
 }
+for _attr in ("()", ".index", ".kind", ".name", ".offset", ".size", ".type"):
+    NO_DRIVER_CALL[f"resources.KernelParameter{_attr}"] = "a record of one kernel parameter: no driver call"
 for _cls in ("Stream", "Event", "Buffer", "PinnedBuffer", "Module"):
     for _attr in ("handle", "context", "closed"):
         NO_DRIVER_CALL[f"resources.{_cls}.{_attr}"] = _NO_CALL_RESOURCE

@@ -1,0 +1,160 @@
+"""CUGUARD_DRIVER: an unchanged program runs on the simulated driver (B2), and the plugin agrees (B3).
+
+Each program runs in a fresh interpreter: the variable is read once per process,
+at the first driver use.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PROGRAM = """
+import numpy as np
+from cuguard.resources import Device, LaunchConfig, Program, launch
+from cuguard.errors import installed_driver
+
+SOURCE = r'''
+extern "C" __global__ void scale(float* data, float factor, unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) data[i] *= factor;
+}
+'''
+PTX = b'''
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry scale(.param .u64 data, .param .f32 factor, .param .u32 n)
+{
+    ld.param.u64 %rd1, [data];
+    ret;
+}
+'''
+
+dev = Device(0)
+dev.set_current()
+stream = dev.create_stream()
+data = np.arange(8, dtype=np.float32)
+buf = dev.allocate(data.nbytes)
+buf.copy_from(data.tobytes(), stream)
+module = dev.load_module(PTX)
+launch(stream, LaunchConfig(grid=1, block=8), module.get_kernel("scale"), buf, 2.0, 8)
+out = bytearray(data.nbytes)
+buf.copy_to(out, stream)
+stream.sync()
+print("result", np.frombuffer(out, dtype=np.float32).tolist())
+print("driver", type(installed_driver()).__name__)
+for obj in (module, buf, stream):
+    obj.close()
+"""
+
+STAND_INS = """
+import numpy as np
+from cuguard.testing import stand_in
+
+@stand_in("scale")
+def scale(launch, data, factor, n):
+    data.array(np.float32, n)[:] *= factor
+"""
+
+
+def _run(tmp_path: Path, env: dict[str, str], program: str = PROGRAM) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "program.py").write_text(textwrap.dedent(program))
+    (tmp_path / "my_stand_ins.py").write_text(textwrap.dedent(STAND_INS))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CUGUARD_")}
+    clean["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *sys.path])
+    return subprocess.run(
+        [sys.executable, str(tmp_path / "program.py")],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.contract("B2")
+def test_an_unchanged_program_runs_on_the_simulator_with_its_stand_ins(tmp_path: Path) -> None:
+    done = _run(tmp_path, {"CUGUARD_DRIVER": "sim", "CUGUARD_SIM_STAND_INS": "my_stand_ins"})
+    assert done.returncode == 0, done.stderr
+    assert "result [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]" in done.stdout
+    assert "driver SimulatedDriver" in done.stdout
+
+
+@pytest.mark.contract("B2")
+def test_without_a_stand_in_the_program_fails_naming_the_kernel(tmp_path: Path) -> None:
+    done = _run(tmp_path, {"CUGUARD_DRIVER": "sim"})
+    assert done.returncode == 1
+    assert "MissingStandInError: kernel 'scale' has no stand-in" in done.stderr
+
+
+@pytest.mark.contract("B2")
+def test_the_device_count_and_bad_settings(tmp_path: Path) -> None:
+    count = "from cuguard.errors import driver\ndriver.cuInit(0)\nprint('count', driver.cuDeviceGetCount()[1])\n"
+    done = _run(tmp_path, {"CUGUARD_DRIVER": "sim", "CUGUARD_SIM_DEVICES": "3"}, count)
+    assert done.returncode == 0, done.stderr
+    assert "count 3" in done.stdout
+    done = _run(tmp_path, {"CUGUARD_DRIVER": "sim", "CUGUARD_SIM_DEVICES": "many"}, count)
+    assert "CUDADriverNotFoundError" in done.stderr
+    assert "CUGUARD_SIM_DEVICES='many'" in done.stderr
+    done = _run(tmp_path, {"CUGUARD_DRIVER": "gpu"}, count)
+    assert "CUGUARD_DRIVER='gpu' names no driver; known: real, sim" in done.stderr
+
+
+@pytest.mark.contract("B2")
+def test_installing_no_driver_returns_to_the_chosen_one(tmp_path: Path) -> None:
+    program = """
+    from cuguard.errors import install_driver, installed_driver, use_driver
+    from cuguard.resources import Device
+    from cuguard.testing import SimulatedDriver, simulated_driver
+
+    dev = Device(0)  # the first driver use installs the simulator CUGUARD_DRIVER names
+    chosen = installed_driver()
+    with simulated_driver(devices=1) as other:
+        assert installed_driver() is other
+    assert installed_driver() is chosen, installed_driver()
+    install_driver(None)
+    assert installed_driver() is chosen and isinstance(chosen, SimulatedDriver)
+    print("ok")
+    """
+    done = _run(tmp_path, {"CUGUARD_DRIVER": "sim"}, program)
+    assert done.returncode == 0, done.stderr
+    assert "ok" in done.stdout
+
+
+@pytest.mark.contract("B2")
+def test_with_no_gpu_and_no_choice_the_error_names_the_switch(tmp_path: Path) -> None:
+    program = "from cuguard.resources import Device\nDevice(0)\n"
+    done = _run(tmp_path, {}, program)
+    if done.returncode == 0:
+        pytest.skip("this machine has a CUDA driver")
+    assert "CUDADriverNotFoundError" in done.stderr
+    assert "CUGUARD_DRIVER=sim" in done.stderr
+
+
+@pytest.mark.contract("B3")
+def test_the_plugin_option_and_the_variable_agree(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUGUARD_DRIVER", raising=False)
+    pytester.makepyfile(
+        """
+        import os
+
+        def test_choice(request):
+            print("option", request.config.getoption("--cuguard-driver"), "env", os.environ.get("CUGUARD_DRIVER"))
+        """
+    )
+    result = pytester.runpytest_subprocess("-s", "--cuguard-driver=sim")
+    result.stdout.fnmatch_lines(["*option sim env sim*"])
+    result = pytester.runpytest_subprocess("-s")
+    result.stdout.fnmatch_lines(["*option sim env None*"])
+    monkeypatch.setenv("CUGUARD_DRIVER", "real")
+    result = pytester.runpytest_subprocess("-s")
+    result.stdout.fnmatch_lines(["*option real env real*"])
+    result = pytester.runpytest_subprocess("-s", "--cuguard-driver=sim")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cuguard-driver=sim contradicts CUGUARD_DRIVER=real*"])
