@@ -10,8 +10,9 @@ Sessions
 - ``tests(<layer>-cuda<major>)``: one per package under ``packages/`` (found by their
   ``pyproject.toml``) and cuda-bindings major (12.9.x and 13.x, :data:`BINDINGS`), in a
   fresh environment holding only that package, the cuguard layers it depends on,
-  cuguard-testing (once it exists) and the test tools; runs that package's ``tests/``.
-  The simulated driver follows the signatures of the installed cuda-bindings.
+  cuguard-testing (once it exists), the test tools and, where the resources layer is
+  installed, that major's NVRTC and nvJitLink; runs that package's ``tests/``. The
+  simulated driver follows the signatures of the installed cuda-bindings.
 - ``demo``: runs the README's tour (``examples/tour.py``) with the runtime layers and
   cuguard-testing installed; with no GPU it runs on the simulated driver.
 - ``differential(cuda<major>)``: runs the simulator-versus-driver scenarios
@@ -196,7 +197,11 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
         # lint), but its tests drive every layer through the simulator: the plugin, the leak
         # checks and the sweeps are tested on real cuguard programs.
         wanted = [p.dist for p in PACKAGES.values()]
-    _install_local(session, _closure(wanted), BINDINGS[bindings], *TEST_TOOLS)
+    installed = _closure(wanted)
+    # Where the resources layer is installed, tests compile kernels (Program) with no GPU: they
+    # need the compiler and linker libraries of the cuda-bindings major under test.
+    compilers = COMPILER_LIBRARIES[bindings] if any(p.layer == "resources" for p in installed) else []
+    _install_local(session, installed, BINDINGS[bindings], *compilers, *TEST_TOOLS)
     session.run("python", "-c", "import cuda.bindings; print('cuda-bindings', cuda.bindings.__version__)")
     session.chdir(package.path)
     session.run("pytest", "tests", *session.posargs)
