@@ -420,3 +420,31 @@ def test_a_context_destroyed_on_another_thread_while_current_here_is_never_switc
     # Restoring the destroyed context would crash the real driver: the thread is left with none.
     assert Context.current() is None
     assert sim.misuse == []
+
+
+@pytest.mark.contract("E3")
+@pytest.mark.parametrize("flags", [-1, 1 << 32])
+def test_context_flags_outside_32_bits_are_refused_before_the_driver(sim: Any, flags: int) -> None:
+    from cuguard.testing import record_calls
+
+    with record_calls() as log, pytest.raises(ValueError, match="unsigned 32-bit"):
+        Context.create(0, flags)
+    assert "cuCtxCreate" not in [c.name for c in log]
+
+
+@pytest.mark.contract("G2")
+def test_a_context_whose_destroy_failed_is_still_restored(sim: Any) -> None:
+    from cuguard.context import call_in
+    from cuguard.errors import CUDAError
+    from cuguard.testing import inject
+
+    kept = Context.create(0)
+    kept.set_current()
+    with inject("cuCtxDestroy", 201, nth=1), pytest.raises(CUDAError, match="leaked"):
+        kept.close()
+    # The driver still has it, current on this thread: a switch elsewhere comes back to it.
+    call_in(Context.primary(0), Context.current, None)
+    _, current = driver.cuCtxGetCurrent()
+    assert int(current) == kept._int
+    driver.cuCtxSetCurrent(CUcontext(0))
+    driver.cuCtxDestroy(kept._int)

@@ -851,3 +851,40 @@ def test_cycle_of_primary_context_resources_is_released_and_the_context_kept(
         contexts = [o for o in cuguard_driver.live_objects() if o.kind == "context"]
         assert [(o.call, o.refcount) for o in contexts] == [("cuDevicePrimaryCtxRetain", 1)]
     _clean(cuguard_driver)
+
+
+@pytest.mark.contract("S2")
+def test_a_wrapper_of_a_cuguard_stream_is_closed_with_it_and_never_reaches_a_destroyed_stream(
+    device: Device,
+) -> None:
+    owner = device.create_stream()
+    borrowed = Stream.wrap(owner, owner.context)
+    borrowed.sync()
+    with Context.create(0) as other, pytest.raises(ValueError, match="belongs to"):
+        Stream.wrap(owner, other)
+    owner.close()
+    with record_calls() as log, pytest.raises(ResourceClosedError):
+        borrowed.sync()
+    assert [c.name for c in log] == []
+    borrowed.close()  # owns nothing: a no-op
+
+
+@pytest.mark.contract("E3")
+def test_a_foreign_stream_that_answers_garbage_is_refused_naming_the_parameter(device: Device) -> None:
+    class Garbage:
+        def __cuda_stream__(self) -> tuple[str]:
+            return ("not a stream",)
+
+    with device.create_stream() as stream:
+        with pytest.raises(TypeError, match=r"other must be an Event or a Stream.*Garbage.__cuda_stream__\(\)"):
+            stream.wait(Garbage())
+        with pytest.raises(TypeError, match=r"obj must be a Stream.*Garbage"):
+            Stream.wrap(Garbage(), stream.context)
+
+
+@pytest.mark.contract("E3")
+def test_packing_for_a_kernel_of_a_closed_module_is_refused(module: Module) -> None:
+    kernel = module.get_kernel("fill_u32")
+    module.close()
+    with pytest.raises(ResourceClosedError):
+        kernel.pack([0, 1, 2])

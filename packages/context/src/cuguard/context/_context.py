@@ -120,6 +120,7 @@ class Context(Unique):
                 self._why = "destroyed"
             else:  # the driver gave a destroyed context's handle to a new context
                 destroyed.discard(value)
+                driver_state().get(_GONE, set()).discard(value)
         with _registry_lock:
             _contexts[id(self)] = self
         if token is not driver_token():  # the driver changed meanwhile
@@ -176,6 +177,8 @@ class Context(Unique):
         ordinal = _ordinal(ordinal)
         if isinstance(flags, bool) or not isinstance(flags, int):
             raise TypeError(f"flags must be an int, not {type(flags).__name__}")
+        if not 0 <= flags < 1 << 32:
+            raise ValueError(f"flags must be an unsigned 32-bit int (CU_CTX_* bits), not {flags}")
         init_driver()
         err, dev = driver.cuDeviceGet(ordinal)
         if err:
@@ -202,6 +205,7 @@ class Context(Unique):
                 add_failure_note(error, derr, "cuCtxDestroy", handle)
             else:
                 _record_destroyed(int(handle))
+                _record_gone(int(handle))
                 error = CUDAError(
                     err,
                     "cuCtxPopCurrent",
@@ -343,6 +347,7 @@ class Context(Unique):
         (err,) = driver.cuCtxDestroy(self._handle)
         if err:
             raise_status(err, "cuCtxDestroy", f"the context {format_handle(self._handle)} was leaked")
+        _record_gone(self._int)
 
     def __enter__(self) -> Context:
         return self
@@ -388,6 +393,8 @@ class Context(Unique):
         (err,) = driver.cuCtxDestroy(self._handle)
         if err:
             report(err, "cuCtxDestroy", self._handle, "the context was leaked")
+        else:
+            _record_gone(self._int)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Context):
@@ -418,6 +425,18 @@ _primary_lock = threading.Lock()
 _registry_lock = threading.Lock()
 # Every Context object, by identity (contexts compare equal by handle, so no set would do).
 _contexts: weakref.WeakValueDictionary[int, Context] = weakref.WeakValueDictionary()
+
+
+_GONE = "contexts destroyed for good"  # driver_state() key: ints of contexts whose cuCtxDestroy succeeded
+
+
+def _record_gone(value: int) -> None:
+    """The driver destroyed context ``value``: nothing may switch to it again, a restore included (S2)."""
+    state = driver_state()
+    gone = state.get(_GONE)
+    if gone is None:
+        gone = state[_GONE] = set()
+    gone.add(value)
 
 
 def _record_destroyed(value: int) -> None:
@@ -545,8 +564,8 @@ def _restorable(previous: Any) -> Any:
     release thread) may still be current on this one; switching back to it
     would crash the real driver, so the thread is left with no context instead.
     """
-    destroyed = driver_state().get(_DESTROYED)
-    if destroyed and int(previous) in destroyed:
+    gone = driver_state().get(_GONE)
+    if gone and int(previous) in gone:
         return _NO_CONTEXT
     return previous
 
@@ -587,7 +606,7 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
         raise_status(err, "cuCtxGetCurrent")
     if int(previous) == context._int:
         return op(*args)
-    if driver_state().get(_DESTROYED):
+    if driver_state().get(_GONE):
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
@@ -649,7 +668,7 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any, resource: tup
         return None
     if int(previous) == context._int:
         return op(*args)
-    if driver_state().get(_DESTROYED):
+    if driver_state().get(_GONE):
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:

@@ -619,6 +619,7 @@ def _context_of(device: Device | Context | None) -> Context | None:
 
 def _ordinal_of(device: Device | int) -> int:
     if isinstance(device, Device):
+        device._check_driver()  # a Device of a driver that is not installed is refused (O3)
         return device.ordinal
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise TypeError(f"device must be a Device or a device ordinal, not {device!r}")
@@ -1343,12 +1344,15 @@ class GraphDefinition(_Collected):
         nbytes = _size_arg(size)
         if nbytes == 0:
             raise ValueError("size must be 1 or more")
-        if device is None:
+        # Wrong kinds of arguments are TypeErrors whatever else is wrong (E3): checked first.
+        given = None if device is None else _ordinal_of(device)
+        deps = self._deps(deps)
+        if given is None:
             if self._context is None:
                 raise ValueError("allocate() needs a device: pass device=, or create the definition with one")
             ordinal = self._context.device
         else:
-            ordinal = _ordinal_of(device)
+            ordinal = given
         types = _types()
         params = types.CUDA_MEM_ALLOC_NODE_PARAMS()
         params.poolProps.allocType = types.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
@@ -1405,6 +1409,7 @@ class GraphDefinition(_Collected):
         if child is self:
             raise ValueError("a graph definition cannot embed itself")
         child_handle = child.handle
+        deps = self._deps(deps)  # a wrong kind of dependency is a TypeError before any rule of CUDA's (E3)
         child._check_no_memory_nodes("be embedded as a child graph")  # CUDA_ERROR_NOT_SUPPORTED on an H200
         owners = list(child._owners.values())
         return self._add(
@@ -1510,10 +1515,10 @@ class GraphDefinition(_Collected):
         :class:`~cuguard.errors.CUDAError` is raised and the graph is leaked
         (never destroyed again).
         """
+        if self._driver is not driver_token():  # O3 before idempotence: as every other close()
+            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         if self._closed:
             return
-        if self._driver is not driver_token():
-            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         self._closed = True
         self._forget()
         (err,) = driver.cuGraphDestroy(self._handle)
@@ -1744,10 +1749,10 @@ class Graph(_Collected):
         If the driver refuses, :class:`~cuguard.errors.CUDAError` is raised
         and the executable graph is leaked (never destroyed again).
         """
+        if self._driver is not driver_token():  # O3 before idempotence: as every other close()
+            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         if self._closed:
             return
-        if self._driver is not driver_token():
-            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         self._closed = True
         context = self._context
         if context is not None and context._closed:

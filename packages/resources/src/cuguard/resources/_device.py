@@ -228,6 +228,7 @@ class Device:
                 stream._owned = True
                 stream._device = self._ordinal
                 stream._closed = False
+                stream._lender = stream._borrowers = None
                 return stream
         handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
         return Stream._make(handle, context, self._ordinal)

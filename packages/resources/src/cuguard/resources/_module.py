@@ -321,8 +321,12 @@ class Kernel(Unique):
         parameter's size); ``bytes`` or a ctypes object of exactly the size for
         a by-value struct. Anything else raises ``TypeError`` naming the kernel,
         the parameter and the value; nothing reaches the driver. Without a
-        parameter list, :func:`pack_args`.
+        parameter list, :func:`pack_args`. A kernel of a closed module raises
+        :class:`~cuguard.errors.ResourceClosedError`.
         """
+        module = self.module
+        if module._closed or module._context._closed:
+            module._check_open()  # a kernel of a closed module (or another driver's) refuses use
         sig = self._signature
         if sig is not None:
             return sig.pack(args)

@@ -107,25 +107,46 @@ _UNKNOWN = frozenset({801, 500})  # CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_FOU
 def query_signature(function: Any, name: str) -> tuple[KernelParameter, ...] | None:
     """The parameter list the driver reports for ``function`` (offsets and sizes), or ``None``.
 
-    ``None`` when the driver cannot say (no ``cuFuncGetParamInfo``, which needs
-    driver 12.4 and cuda-bindings 12.4 or newer, or a status saying it does not
-    know); any other failure raises :class:`~cuguard.errors.CUDAError`.
+    With ``cuFuncGetParamCount`` (cuda-bindings 13): the count, then each
+    parameter. With cuda-bindings 12 there is no count: parameters are asked
+    for until the driver answers ``CUDA_ERROR_INVALID_VALUE``, its answer for an
+    index past the last one, twice (a failure that does not repeat is raised). ``None`` when the driver cannot say (no
+    ``cuFuncGetParamInfo``, which needs driver 12.4 and cuda-bindings 12.4 or
+    newer, or a status saying it does not know); any other failure raises
+    :class:`~cuguard.errors.CUDAError`.
     """
     try:
         get = driver.cuFuncGetParamInfo
     except AttributeError:
         return None
+    try:
+        count_of = driver.cuFuncGetParamCount
+    except AttributeError:
+        count_of = None
+    count: int | None = None
+    if count_of is not None:
+        err, total = count_of(function)
+        if err:
+            if int(err) in _UNKNOWN:
+                return None
+            raise CUDAError(err, "cuFuncGetParamCount", f"the parameters of kernel {name!r}")
+        count = int(total)
     params: list[KernelParameter] = []
-    while True:
+    while count is None or len(params) < count:
         err, offset, size = get(function, len(params))
         if err:
             code = int(err)
-            if code == _END_OF_LIST:
-                return tuple(params)
-            if code in _UNKNOWN:
+            if count is None and code == _END_OF_LIST:
+                again, _offset, _size = get(function, len(params))
+                if int(again) == _END_OF_LIST:
+                    return tuple(params)
+                if again:  # the confirming call failed otherwise: that failure is the one to report
+                    err = again
+            if code in _UNKNOWN and not params:
                 return None
             raise CUDAError(err, "cuFuncGetParamInfo", f"parameter {len(params)} of kernel {name!r}")
         params.append(KernelParameter(len(params), int(offset), int(size)))
+    return tuple(params)
 
 
 # --- packing ---------------------------------------------------------------------------

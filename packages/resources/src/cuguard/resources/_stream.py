@@ -7,6 +7,7 @@ import ctypes
 import itertools
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -83,20 +84,36 @@ class Stream(Resource):
     once the stream is closed; none changes the current context.
     """
 
-    __slots__ = ("_device",)
+    __slots__ = ("_borrowers", "_device", "_lender")
     _what = "stream"
     _factory = "Device.create_stream() (or Stream.wrap() for a stream made elsewhere)"
     _device: int
+    # A wrapper keeps what it wraps alive (_lender); a cuguard Stream that is wrapped closes its
+    # wrappers when it closes (_borrowers), so none of them reaches a destroyed stream (S2).
+    _lender: object
+    _borrowers: list[weakref.ref[Stream]] | None
 
     @classmethod
-    def _make(cls, handle: Any, context: Context, device: int, owned: bool = True) -> Stream:
+    def _make(cls, handle: Any, context: Context, device: int, owned: bool = True, lender: object = None) -> Stream:
         self = object.__new__(cls)
         self._handle = handle
         self._context = context
         self._owned = owned
         self._device = device
         self._closed = False
+        self._lender = lender
+        self._borrowers = None
+        if type(lender) is Stream:
+            if lender._borrowers is None:
+                lender._borrowers = []
+            lender._borrowers.append(weakref.ref(self))
         return self
+
+    def _close_borrowers(self) -> None:
+        for ref in self._borrowers or ():
+            borrower = ref()
+            if borrower is not None:
+                borrower._closed = True
 
     def close(self) -> None:
         """Destroy the stream now (see :meth:`Resource.close`). Idempotent.
@@ -107,6 +124,8 @@ class Stream(Resource):
         """
         if self._closed:
             return
+        if self._borrowers:
+            self._close_borrowers()
         if self._context._closed:
             self._context_gone()
             return
@@ -123,10 +142,13 @@ class Stream(Resource):
 
         ``obj`` has ``__cuda_stream__`` (returning ``(version, handle)``) or is
         a ``CUstream``/int handle; ``context`` is the context it belongs to.
-        Closing the wrapper never destroys the stream. Anything else raises
-        ``TypeError``, a ``context`` that refuses use ``ResourceClosedError``;
-        asking a wrapped context for its device may raise
-        :class:`~cuguard.errors.CUDAError`.
+        Closing the wrapper never destroys the stream; the wrapper keeps
+        ``obj`` alive. Wrapping a cuguard :class:`Stream` gives a wrapper that
+        is closed when that stream is closed (it refuses use from then on),
+        and ``context`` must be that stream's (``ValueError`` otherwise).
+        Anything else raises ``TypeError``, a ``context`` that refuses use
+        ``ResourceClosedError``; asking a wrapped context for its device may
+        raise :class:`~cuguard.errors.CUDAError`.
         """
         from cuguard.context import Context
 
@@ -134,15 +156,19 @@ class Stream(Resource):
             raise wrong_kind("context", "a Context", context)
         if context._closed:
             raise context._refusal()
+        if isinstance(obj, Stream):
+            obj._check_open()
+            if obj._context is not context:
+                raise ValueError(f"{obj!r} belongs to {obj._context!r}, not {context!r}")
+            return cls._make(obj._handle, context, obj._device, owned=False, lender=obj)
         protocol = getattr(type(obj), "__cuda_stream__", None)
         if protocol is None and (isinstance(obj, bool) or not isinstance(obj, int | driver_types().CUstream)):
-            raise wrong_kind("obj", "a Stream, an object with __cuda_stream__, a CUstream or an int handle", obj)
+            raise wrong_kind("obj", _WRAP_KIND, obj)
         if protocol is not None:
-            _, address = obj.__cuda_stream__()
-            handle = driver_types().CUstream(int(address))
+            handle = driver_types().CUstream(_stream_address(obj, "obj", _WRAP_KIND))
         else:
             handle = obj if isinstance(obj, driver_types().CUstream) else driver_types().CUstream(int(obj))
-        return cls._make(handle, context, context.device, owned=False)
+        return cls._make(handle, context, context.device, owned=False, lender=obj)
 
     @property
     def device(self) -> int:
@@ -215,7 +241,7 @@ class Stream(Resource):
         if not isinstance(other, Stream):
             if getattr(type(other), "__cuda_stream__", None) is None:
                 raise wrong_kind("other", "an Event or a Stream (or an object with __cuda_stream__)", other)
-            other = as_stream(other, "other")
+            other = as_stream(other, "other", kind="an Event or a Stream (or an object with __cuda_stream__)")
         self._check_open()
         other._check_open()
         with Event._create(other._context, other._device, timing=False) as event:
@@ -393,20 +419,36 @@ class Event(Resource):
 _STREAM_KIND = "a Stream (or an object with __cuda_stream__)"
 
 
-def as_stream(value: Any, param: str = "stream") -> Stream:
+def as_stream(value: Any, param: str = "stream", *, kind: str = _STREAM_KIND) -> Stream:
     """``value`` as a :class:`Stream`: a Stream itself, or any object with ``__cuda_stream__`` (E3).
 
     A foreign stream (CuPy's, PyTorch's, cuda.core's...) is wrapped without
     being owned, in the context the driver says it belongs to
     (``cuStreamGetCtx``), so closing or collecting the wrapper never destroys
-    it. Anything else raises ``TypeError`` naming ``param``; a malformed
+    it; the wrapper keeps ``value`` alive. Anything else raises ``TypeError``
+    naming ``param`` and ``kind`` (what the parameter takes); a malformed
     ``__cuda_stream__`` result raises ``TypeError`` too, and a driver refusal
     :class:`~cuguard.errors.CUDAError`.
     """
     if isinstance(value, Stream):
         return value
     if getattr(type(value), "__cuda_stream__", None) is None:
-        raise wrong_kind(param, _STREAM_KIND, value)
+        raise wrong_kind(param, kind, value)
+    handle = driver_types().CUstream(_stream_address(value, param, kind))
+    err, ctx = driver.cuStreamGetCtx(handle)
+    if err:
+        raise_status(err, "cuStreamGetCtx")
+    from cuguard.context import Context
+
+    context = Context.wrap(ctx)
+    return Stream._make(handle, context, context.device, owned=False, lender=value)
+
+
+_WRAP_KIND = "a Stream, an object with __cuda_stream__, a CUstream or an int handle"
+
+
+def _stream_address(value: Any, param: str, kind: str) -> int:
+    """The handle ``value.__cuda_stream__()`` gives; ``TypeError`` naming ``param`` when it is malformed."""
     version_handle = value.__cuda_stream__()
     if (
         not isinstance(version_handle, tuple)
@@ -414,15 +456,11 @@ def as_stream(value: Any, param: str = "stream") -> Stream:
         or isinstance(version_handle[1], bool)
         or not isinstance(version_handle[1], int)
     ):
-        raise TypeError(f"{param}.__cuda_stream__() must return (version, handle as an int), not {version_handle!r}")
-    handle = driver_types().CUstream(version_handle[1])
-    err, ctx = driver.cuStreamGetCtx(handle)
-    if err:
-        raise_status(err, "cuStreamGetCtx")
-    from cuguard.context import Context
-
-    context = Context.wrap(ctx)
-    return Stream._make(handle, context, context.device, owned=False)
+        raise TypeError(
+            f"{param} must be {kind}: {type(value).__name__}.__cuda_stream__() returned {version_handle!r}, "
+            "not (version, handle as an int)"
+        )
+    return version_handle[1]
 
 
 def _event_arg(value: Any, param: str) -> Event:

@@ -227,7 +227,7 @@ class Model:
             raw = int(obj._int)
             if obj._kind == "created":
                 self.created[(self.current, raw)] = weakref.ref(obj)
-        entry = Entry(obj, kind, self.current, self.label(kind), raw, base)
+        entry = Entry(obj, kind, self._maker(obj), self.label(kind), raw, base)
         self.pool.append(entry)
         return entry
 
@@ -252,6 +252,19 @@ class Model:
         return text if len(text) < 60 else text[:57] + "..."
 
     # --- usability ---------------------------------------------------------------------------
+
+    def _maker(self, obj: Any) -> int:
+        """The driver ``obj`` was made under: the one its recorded token names, else the current one.
+
+        An object may surface again after it left the pool (a node's ``graph``), possibly while
+        another driver is installed.
+        """
+        token = getattr(obj, "_driver", None)
+        if token is not None:
+            for index, sim in self.sims.items():
+                if sim is token:
+                    return index
+        return self.current
 
     def driver_of(self, obj: Any) -> int | None:
         entry = self.find(obj)

@@ -1724,6 +1724,14 @@ class SimCore:
         self._require_ctx()
         return (SUCCESS, cb.CUfunction(fn.handle))
 
+    @api(1)
+    def cuFuncGetParamCount(self, func: Any) -> tuple[Any, ...]:
+        fn = self._function(func, "cuFuncGetParamCount")
+        declared = fn.module.entries.get(fn.name)
+        if declared is None:
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)  # an image whose parameter list is not known
+        return (SUCCESS, len(declared))
+
     @api(2)
     def cuFuncGetParamInfo(self, func: Any, paramIndex: int) -> tuple[Any, ...]:
         fn = self._function(func, "cuFuncGetParamInfo")
@@ -1951,6 +1959,9 @@ def _plain(value: Any, ctype: Any) -> Any:
             return value
     return value
 
+
+if not hasattr(cb, "cuFuncGetParamCount"):  # cuda-bindings 12.x has no such function: neither has the simulator
+    del SimCore.cuFuncGetParamCount
 
 _POINTER_LIKE = frozenset({ctypes.c_uint64, ctypes.c_void_p})
 
