@@ -21,6 +21,8 @@ Sessions
 - ``docs``: runs every Python example of the user guide (``docs/test_examples.py``: the
   contract page has one per clause) and builds the guide and API reference with Sphinx,
   warnings as errors, with every package installed editable.
+- ``install``: runs the README's install-from-a-clone line in a fresh environment and imports
+  every layer.
 - ``build``: builds the sdist and wheel of every package and of the meta-package in
   isolation (dependencies from the index, never from the tree), then
   ``.ci/check_dists.py`` checks the built metadata against the tree.
@@ -72,6 +74,7 @@ DEFAULT_SESSIONS = [
     "misuse",
     "docs",
     "build",
+    "install",
 ]
 nox.options.sessions = DEFAULT_SESSIONS
 
@@ -243,6 +246,26 @@ def typecheck(session: nox.Session) -> None:
     targets = [str(p.path / "src") for p in PACKAGES.values()]
     targets += [str(p.path / "tests" / "typing") for p in PACKAGES.values() if (p.path / "tests" / "typing").is_dir()]
     session.run("mypy", "--strict", *targets, *session.posargs)
+
+
+@nox.session
+def install(session: nox.Session) -> None:
+    """Run the README's install-from-a-clone line in a fresh environment, then import every layer.
+
+    The line is read from the README (the command of its "Install from a clone" section), so the
+    documented line is the tested one. Nothing is installed in editable mode.
+    """
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Install from a clone", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("python -m pip install ")]
+    if len(lines) != 1:
+        session.error("the README's 'Install from a clone' section must hold exactly one install command")
+    args = lines[0].split()[4:]
+    session.install("pip")  # the README's line uses pip (the session's environment may come from uv)
+    session.chdir(ROOT)
+    session.run("python", "-m", "pip", "install", "--quiet", *args)
+    layers = ", ".join(f"cuguard.{p.layer}" for p in PACKAGES.values())
+    session.run("python", "-c", f"import {layers}; print('imported', {layers!r})")
 
 
 @nox.session

@@ -58,6 +58,23 @@ class Outcome:
         self.driver_error = driver_error
 
 
+def _has_cycle(edges: set[tuple[int, int]]) -> bool:
+    """Whether the directed graph of ``edges`` has a cycle (Kahn's algorithm)."""
+    nodes = {n for e in edges for n in e}
+    incoming = Counter(b for _, b in edges)
+    ready = [n for n in nodes if not incoming[n]]
+    seen = 0
+    while ready:
+        n = ready.pop()
+        seen += 1
+        for a, b in edges:
+            if a == n:
+                incoming[b] -= 1
+                if not incoming[b]:
+                    ready.append(b)
+    return seen != len(nodes)
+
+
 class GraphMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -113,6 +130,8 @@ class GraphMachine(RuleBasedStateMachine):
 
     def _edge_steps(self, removes: list[tuple[int, int]], adds: list[tuple[int, int]], calls: Calls) -> Outcome:
         """Model of GraphDefinition._apply_edges."""
+        if adds and _has_cycle((self.edges - set(removes)) | set(adds)):
+            return Outcome(ValueError)  # refused before any edge changes (E3)
         done: list[tuple[bool, tuple[int, int]]] = []
         failed = False
         for e in removes:

@@ -397,7 +397,8 @@ class EdgeView(MutableSet[Node]):
     Elements must be live nodes of the same definition (``TypeError`` for
     other objects, ``ValueError`` for nodes of another definition or a self
     edge, ``ResourceClosedError`` for destroyed or leaked nodes), checked
-    before any driver call.
+    before any driver call. A change that would leave a cycle raises
+    ``ValueError`` naming its nodes before any edge changes.
     """
 
     __slots__ = ("_incoming", "_node")
@@ -615,6 +616,24 @@ def _context_of(device: Device | Context | None) -> Context | None:
     if isinstance(device, Device):
         return device.context
     raise TypeError(f"device must be a Device, a Context or None, not {type(device).__name__}")
+
+
+def _path(successors: dict[Node, list[Node]], start: Node, goal: Node) -> list[Node] | None:
+    """The nodes of a path ``start`` ... ``goal`` along ``successors`` (both ends included), or ``None``."""
+    came_from: dict[Node, Node | None] = {start: None}
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        if node is goal:
+            path = [node]
+            while (previous := came_from[path[-1]]) is not None:
+                path.append(previous)
+            return path[::-1]
+        for nxt in successors.get(node, ()):
+            if nxt not in came_from:
+                came_from[nxt] = node
+                stack.append(nxt)
+    return None
 
 
 def _ordinal_of(device: Device | int) -> int:
@@ -929,6 +948,8 @@ class GraphDefinition(_Collected):
             b._check_live()
         if removes:
             self._check_no_memory_nodes("have edges removed")
+        if adds:
+            self._refuse_cycles(removes, adds)
         self._version += 1
         done: list[tuple[bool, Node, Node]] = []
         try:
@@ -945,6 +966,23 @@ class GraphDefinition(_Collected):
         except BaseException as exc:
             self._undo_edges(done, exc)
             raise
+
+    def _refuse_cycles(self, removes: list[tuple[Node, Node]], adds: list[tuple[Node, Node]]) -> None:
+        """``ValueError`` naming the nodes when the edges after the change would form a cycle.
+
+        Checked against the edges the driver lists (``cuGraphGetEdges``), before any edge
+        changes: CUDA itself accepts such an edge and refuses only the instantiation, with a
+        bare ``CUDA_ERROR_INVALID_VALUE``.
+        """
+        edges = (set(self.edges) - set(removes)) | set(adds)
+        successors: dict[Node, list[Node]] = {}
+        for a, b in edges:
+            successors.setdefault(a, []).append(b)
+        for a, b in adds:
+            path = _path(successors, b, a)
+            if path is not None:
+                loop = " -> ".join(repr(node) for node in (a, *path))
+                raise ValueError(f"the edge {a!r} -> {b!r} would make a cycle: {loop}")
 
     def _undo_edges(self, done: list[tuple[bool, Node, Node]], exc: BaseException) -> None:
         for added, a, b in reversed(done):
@@ -966,7 +1004,10 @@ class GraphDefinition(_Collected):
 
         Strict, unlike the set views: an edge that exists already, an edge
         given twice, a self edge or a node of another definition raise
-        ``ValueError`` before any driver call. Edges are added one driver call
+        ``ValueError`` before any driver call; so does an edge that would
+        close a cycle (the message names the nodes of the cycle; the edges
+        are listed with ``cuGraphGetEdges`` first, whose failure raises
+        :class:`~cuguard.errors.CUDAError` with nothing changed). Edges are added one driver call
         each, in the order given; on failure the added ones are removed again
         in reverse order (an edge whose removal fails remains and is named in a
         note on the exception).

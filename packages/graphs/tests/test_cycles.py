@@ -1,0 +1,49 @@
+"""An edge that would close a cycle is refused before the driver, naming the nodes (E3, G3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuguard.errors import CUDAError
+from cuguard.graphs import GraphDefinition
+from cuguard.resources import Device
+from cuguard.testing import inject, record_calls
+
+MUTATING = {"cuGraphAddDependencies", "cuGraphRemoveDependencies"}
+
+
+@pytest.mark.contract("E3", "G3")
+def test_connect_refuses_a_cycle_and_names_its_nodes(dev: Device) -> None:
+    with GraphDefinition(dev) as g:
+        a = g.empty()
+        b = a.empty()
+        c = b.empty()
+        before = g.edges
+        with record_calls() as log, pytest.raises(ValueError, match="would make a cycle") as info:
+            g.connect((c, a))
+        message = str(info.value)
+        for node in (a, b, c):
+            assert repr(node) in message
+        assert not [call for call in log if call.name in MUTATING]
+        assert g.edges == before
+        # The same through the set views, and in a batch whose other edges are fine: nothing changes.
+        d = g.empty()
+        with pytest.raises(ValueError, match="would make a cycle"):
+            a.pred.add(c)
+        with pytest.raises(ValueError, match="would make a cycle"):
+            g.connect((c, d), (d, a))
+        assert g.edges == before
+        # Removing an edge in the same change can make room for the reverse one.
+        b.succ.clear()
+        c.succ.add(b)
+        assert (c, b) in g.edges
+
+
+@pytest.mark.contract("E1", "G3")
+def test_a_failing_edge_listing_refuses_the_change(dev: Device) -> None:
+    with GraphDefinition(dev) as g:
+        a = g.empty()
+        b = g.empty()
+        with inject("cuGraphGetEdges", 2, nth=1), pytest.raises(CUDAError, match="cuGraphGetEdges"):
+            g.connect((a, b))
+        assert g.edges == frozenset()
