@@ -143,9 +143,9 @@ class Stream(Resource):
         ``obj`` has ``__cuda_stream__`` (returning ``(version, handle)``) or is
         a ``CUstream``/int handle; ``context`` is the context it belongs to.
         Closing the wrapper never destroys the stream; the wrapper keeps
-        ``obj`` alive. Wrapping a cuguard :class:`Stream` gives a wrapper that
-        is closed when that stream is closed (it refuses use from then on),
-        and ``context`` must be that stream's (``ValueError`` otherwise).
+        ``obj`` alive. Wrapping a cuguard :class:`Stream` (open:
+        ``ResourceClosedError`` otherwise) gives a wrapper that is closed when
+        that stream is closed: it refuses use from then on.
         Anything else raises ``TypeError``, a ``context`` that refuses use
         ``ResourceClosedError``; asking a wrapped context for its device may
         raise :class:`~cuguard.errors.CUDAError`.
@@ -158,8 +158,6 @@ class Stream(Resource):
             raise context._refusal()
         if isinstance(obj, Stream):
             obj._check_open()
-            if obj._context is not context:
-                raise ValueError(f"{obj!r} belongs to {obj._context!r}, not {context!r}")
             return cls._make(obj._handle, context, obj._device, owned=False, lender=obj)
         protocol = getattr(type(obj), "__cuda_stream__", None)
         if protocol is None and (isinstance(obj, bool) or not isinstance(obj, int | driver_types().CUstream)):
