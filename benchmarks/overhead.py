@@ -716,10 +716,13 @@ def _kernel_image(env: Env) -> tuple[bytes, str]:
     if env.kernel_image is not None:
         return env.kernel_image, env.kernel_kind
     major, minor = env.dev.compute_capability
+    if env.simulated:  # the simulator runs a PTX body of `ret;` as it is; a cubin would need a stand-in
+        env.kernel_image, env.kernel_kind = PTX_TEMPLATE.format(cc=f"{major}{minor}").encode(), "ptx"
+        return env.kernel_image, env.kernel_kind
     try:
         from cuguard.resources import Program
 
-        image = Program(KERNEL_SOURCE, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+        image = Program(KERNEL_SOURCE, options=[f"-arch=sm_{major}{minor}"]).compile("cubin").code
         kind = "cubin"
     except Exception as exc:  # noqa: BLE001 - NVRTC missing: fall back to PTX, noted in the JSON
         env.kernel_note = f"NVRTC compile failed ({type(exc).__name__}: {exc}); used hand-written PTX"

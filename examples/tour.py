@@ -74,7 +74,7 @@ def main() -> None:
             buf.copy_from(host, stream=stream)
             if sim is None:
                 major, minor = dev.compute_capability
-                image: bytes = Program(SOURCE, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+                image: bytes = Program(SOURCE, options=[f"-arch=sm_{major}{minor}"]).compile("cubin").code
             else:
                 image = PTX
             with dev.load_module(image) as module:

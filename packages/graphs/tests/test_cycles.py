@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cuguard.errors import CUDAError
@@ -47,3 +49,15 @@ def test_a_failing_edge_listing_refuses_the_change(dev: Device) -> None:
         with inject("cuGraphGetEdges", 2, nth=1), pytest.raises(CUDAError, match="cuGraphGetEdges"):
             g.connect((a, b))
         assert g.edges == frozenset()
+
+
+@pytest.mark.contract("E3")
+def test_a_kernel_node_refuses_launch_settings_it_cannot_carry(dev: Device, module: Any) -> None:
+    from cuguard.resources import LaunchConfig
+
+    kernel = module.get_kernel("fill_u32")
+    with GraphDefinition(dev) as g, dev.allocate(64) as buf:
+        for config in (LaunchConfig(1, 16, cluster=1), LaunchConfig(1, 16, cooperative_launch=True)):
+            with record_calls() as log, pytest.raises(ValueError, match="cluster or cooperative"):
+                g.launch(config, kernel, buf, 1, 16)
+            assert "cuGraphAddKernelNode" not in [c.name for c in log]

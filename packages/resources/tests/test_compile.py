@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cuguard.errors import CUDAError, NVJitLinkError, NVRTCError
-from cuguard.resources import Device, LaunchConfig, Program, launch, link
+from cuguard.resources import Device, LaunchConfig, Program, ProgramOptions, launch, link
 
 pytestmark = pytest.mark.real_only
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.real_only
 def test_compile_error_raises_nvrtc_error_with_log(device: Device) -> None:
     source = 'extern "C" __global__ void broken() { this is not cuda; }'
     with pytest.raises(NVRTCError) as info:
-        Program(source, name="broken.cu").compile("ptx")
+        Program(source, options=ProgramOptions(name="broken.cu")).compile("ptx")
     error = info.value
     assert isinstance(error, CUDAError)
     assert error.name == "NVRTC_ERROR_COMPILATION"

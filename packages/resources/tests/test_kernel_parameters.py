@@ -205,3 +205,24 @@ def test_pack_gives_what_the_driver_reads_and_checks_like_launch(mixed: Kernel) 
     assert ctypes.c_uint64.from_address(first).value == 0
     with pytest.raises(TypeError, match="takes 7 arguments"):
         mixed.pack(GOOD)
+
+
+SCALARS_PTX = b"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry scalars(.param .u64 data, .param .f32 factor, .param .f64 offset, .param .u32 n) { ret; }
+"""
+
+
+@pytest.mark.contract("E3")
+def test_memory_for_a_float_parameter_is_refused_on_the_fast_path_too(device: Device) -> None:
+    # Every parameter has a scalar type here, so packing takes its fast path first.
+    with device.load_module(SCALARS_PTX) as module, device.create_stream() as stream, device.allocate(8) as buf:
+        kernel = module.get_kernel("scalars")
+        launch(stream, LaunchConfig(1, 1), kernel, buf, 1.0, 2, 3)
+        for args, index in [((buf, buf, 2.0, 3), 1), ((buf, 1.0, buf, 3), 2), ((buf, 1.0, 2.0, buf), 3)]:
+            with record_calls() as log, pytest.raises(TypeError, match=f"argument {index} "):
+                launch(stream, LaunchConfig(1, 1), kernel, *args)
+            assert "cuLaunchKernel" not in [c.name for c in log]
+        stream.sync()

@@ -2,15 +2,30 @@
 
 :class:`Device` creates :class:`Stream`, :class:`Event`, :class:`Buffer`
 (device memory), :class:`PinnedBuffer` (page-locked host memory) and
-:class:`Module` objects; :class:`Program` compiles CUDA C++ with NVRTC,
-:func:`link` links images with nvJitLink, :func:`launch` runs a
-:class:`Kernel` with a :class:`LaunchConfig`, its arguments checked against the
-kernel's parameter list (:class:`KernelParameter`).
+:class:`Module` objects. As in ``cuda.core``, :class:`Program` compiles CUDA
+C++ (NVRTC) or PTX with :class:`ProgramOptions` into an :class:`ObjectCode`,
+:class:`Linker` links object codes with nvJitLink (:class:`LinkerOptions`;
+:func:`link` is the bytes-in, bytes-out form), and :class:`ProgramCache` keeps
+compiled results. :func:`launch` runs a :class:`Kernel` with a
+:class:`LaunchConfig` (clusters and cooperative launches included), its
+arguments checked against the kernel's parameter list
+(:class:`KernelParameter`); ``kernel.attributes`` (:class:`KernelAttributes`)
+and ``kernel.occupancy`` (:class:`KernelOccupancy`) answer the driver's
+questions about a kernel.
 
 Every resource has ``handle``, ``close()`` (idempotent, raises on failure)
 and ``with`` support, and is released when garbage-collected (reporting a
 ``CUDAWarning`` on failure instead of raising). A failed creating call
 creates nothing and leaves the current context as it was.
+
+:attr:`Device.properties` (:class:`DeviceProperties`) reads the device's
+attributes under cuda.core's names; :attr:`Device.memory_info`
+(:class:`MemoryInfo`), :attr:`Device.uuid`, :attr:`Device.arch` and
+:attr:`Device.default_stream` answer the usual questions. Memory of other
+libraries is wrapped without being owned (:meth:`Buffer.from_handle`,
+:meth:`Buffer.from_dlpack`, :meth:`Buffer.from_cuda_array_interface`), and
+cuguard memory is exported through DLPack (versioned and legacy capsules) and
+the CUDA Array Interface.
 
 Every parameter that takes a cuguard object is checked before the driver sees
 it: another kind of object, ``None`` or a number raises ``TypeError`` naming the
@@ -22,18 +37,28 @@ from __future__ import annotations
 
 from cuguard.resources._base import Resource as Resource
 from cuguard.resources._device import Device as Device
+from cuguard.resources._device import MemoryInfo as MemoryInfo
+from cuguard.resources._launch import KernelAttributes as KernelAttributes
+from cuguard.resources._launch import KernelOccupancy as KernelOccupancy
+from cuguard.resources._launch import MaxPotentialBlockSizeOccupancyResult as MaxPotentialBlockSizeOccupancyResult
 from cuguard.resources._memory import Buffer as Buffer
 from cuguard.resources._memory import PinnedBuffer as PinnedBuffer
 from cuguard.resources._module import Kernel as Kernel
 from cuguard.resources._module import LaunchConfig as LaunchConfig
 from cuguard.resources._module import Module as Module
-from cuguard.resources._module import Program as Program
 from cuguard.resources._module import describe_launch as describe_launch
 from cuguard.resources._module import launch as launch
-from cuguard.resources._module import link as link
 from cuguard.resources._module import pack_args as pack_args
 from cuguard.resources._module import wait_attributed as wait_attributed
+from cuguard.resources._objectcode import ObjectCode as ObjectCode
 from cuguard.resources._params import KernelParameter as KernelParameter
+from cuguard.resources._program import Linker as Linker
+from cuguard.resources._program import LinkerOptions as LinkerOptions
+from cuguard.resources._program import Program as Program
+from cuguard.resources._program import ProgramCache as ProgramCache
+from cuguard.resources._program import ProgramOptions as ProgramOptions
+from cuguard.resources._program import link as link
+from cuguard.resources._properties import DeviceProperties as DeviceProperties
 from cuguard.resources._stream import Event as Event
 from cuguard.resources._stream import Stream as Stream
 from cuguard.resources._stream import as_stream as as_stream
@@ -41,13 +66,22 @@ from cuguard.resources._stream import as_stream as as_stream
 __all__ = [
     "Buffer",
     "Device",
+    "DeviceProperties",
     "Event",
     "Kernel",
+    "KernelAttributes",
+    "KernelOccupancy",
     "KernelParameter",
     "LaunchConfig",
+    "Linker",
+    "LinkerOptions",
+    "MaxPotentialBlockSizeOccupancyResult",
     "Module",
+    "ObjectCode",
     "PinnedBuffer",
     "Program",
+    "ProgramCache",
+    "ProgramOptions",
     "Resource",
     "Stream",
     "as_stream",

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import ResourceClosedError, driver, driver_state, driver_token, raise_status
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
-from cuguard.resources._stream import Event, Stream, as_stream
+from cuguard.resources._properties import DeviceProperties
+from cuguard.resources._stream import Event, Stream, as_stream, driver_types
 
-__all__ = ["Device"]
-
-# CUdevice_attribute values used below (stable across CUDA 12 and 13).
-_CC_MAJOR = 75
-_CC_MINOR = 76
+__all__ = ["Device", "MemoryInfo"]
 
 
 def _stream_create(flags: int, priority: int | None) -> Any:
@@ -37,6 +35,20 @@ def _stream_destroy(handle: Any) -> None:
         raise_status(err, "cuStreamDestroy")
 
 
+class MemoryInfo(NamedTuple):
+    """Free and total device memory in bytes (``Device.memory_info``)."""
+
+    free: int
+    total: int
+
+
+def _mem_get_info() -> MemoryInfo:
+    err, free, total = driver.cuMemGetInfo()
+    if err:
+        raise_status(err, "cuMemGetInfo")
+    return MemoryInfo(int(free), int(total))
+
+
 def _ctx_sync() -> None:
     (err,) = driver.cuCtxSynchronize()
     if err:
@@ -46,6 +58,20 @@ def _ctx_sync() -> None:
 _new = object.__new__
 _DEVICES = "devices"  # driver_state() key: ordinal -> Device (O2)
 _devices_lock = threading.Lock()
+
+
+def _current_ordinal() -> int:
+    """The device of the thread's current context, or 0 when none is current (cuda.core's rule)."""
+    init_driver()
+    err, ctx = driver.cuCtxGetCurrent()
+    if err:
+        raise_status(err, "cuCtxGetCurrent")
+    if not int(ctx):
+        return 0
+    err, dev = driver.cuCtxGetDevice()
+    if err:
+        raise_status(err, "cuCtxGetDevice")
+    return int(dev)
 
 
 def _check_ordinal(ordinal: object) -> int:
@@ -60,8 +86,11 @@ class Device:
     """A CUDA device, by ordinal: one object per ordinal per installed driver (O2).
 
     ``Device(n)`` returns the same object for the same ordinal from any
-    thread, as in cuda.core. Its primary context (:attr:`context`) is retained
-    on first use and held until the process exits (for a simulated driver:
+    thread, as in cuda.core. ``Device()`` is the device of the calling
+    thread's current context, or device 0 when no context is current (a
+    refusal of ``cuCtxGetCurrent``/``cuCtxGetDevice`` raises
+    :class:`~cuguard.errors.CUDAError`). Its primary context (:attr:`context`)
+    is retained on first use and held until the process exits (for a simulated driver:
     until that driver is closed), as the CUDA runtime does, so
     ``Device(0).set_current()`` and calls through temporary devices such as
     ``Device(0).allocate(256)`` are safe and cost no context creation.
@@ -77,15 +106,18 @@ class Device:
     a pickled device unpickles as ``Device(ordinal)`` of the driver installed then.
     """
 
-    __slots__ = ("_context", "_driver", "_handle", "_ordinal")
+    __slots__ = ("_context", "_driver", "_handle", "_ordinal", "_properties")
 
     _ordinal: int
     _handle: Any
     _context: Context | None
     _driver: Any
+    _properties: DeviceProperties | None
 
-    def __new__(cls, ordinal: int = 0) -> Device:
-        if type(ordinal) is not int or ordinal < 0:
+    def __new__(cls, ordinal: int | None = None) -> Device:
+        if ordinal is None:
+            ordinal = _current_ordinal()
+        elif type(ordinal) is not int or ordinal < 0:
             ordinal = _check_ordinal(ordinal)
         devices = driver_state().get(_DEVICES)
         if devices is not None:
@@ -105,6 +137,7 @@ class Device:
             self._ordinal = ordinal
             self._handle = handle
             self._context = None
+            self._properties = None
             self._driver = driver_token()
             devices[ordinal] = self
         return self
@@ -173,7 +206,66 @@ class Device:
     @property
     def compute_capability(self) -> tuple[int, int]:
         """``(major, minor)``, e.g. ``(9, 0)`` for an H100 or H200."""
-        return self.attribute(_CC_MAJOR), self.attribute(_CC_MINOR)
+        properties = self.properties
+        return properties.compute_capability_major, properties.compute_capability_minor
+
+    @property
+    def properties(self) -> DeviceProperties:
+        """The device's attributes under cuda.core's names (``dev.properties.multiprocessor_count``...).
+
+        One object per device; each value is read with
+        ``cuDeviceGetAttribute`` on first access and cached (a refusal raises
+        :class:`~cuguard.errors.CUDAError` and caches nothing).
+        """
+        properties = self._properties
+        if properties is None:
+            self._check_driver()
+            properties = self._properties = DeviceProperties._make(self)
+        return properties
+
+    @property
+    def arch(self) -> str:
+        """The compute capability as a string, major then minor, e.g. ``"90"``."""
+        major, minor = self.compute_capability
+        return f"{major}{minor}"
+
+    @property
+    def uuid(self) -> str:
+        """The device's UUID as ``xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``.
+
+        Raises :class:`~cuguard.errors.CUDAError` if ``cuDeviceGetUuid`` fails.
+        """
+        self._check_driver()
+        err, uuid = driver.cuDeviceGetUuid(self._handle)
+        if err:
+            raise_status(err, "cuDeviceGetUuid")
+        text = bytes(uuid.bytes).hex()
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
+
+    @property
+    def memory_info(self) -> MemoryInfo:
+        """``MemoryInfo(free, total)`` in bytes, as the driver sees them now (``cuMemGetInfo``).
+
+        Runs in the device's primary context (switching only if needed, G2,
+        C1); a refusal raises :class:`~cuguard.errors.CUDAError`.
+        """
+        return call_in(self.context, _mem_get_info, None)
+
+    @property
+    def default_stream(self) -> Stream:
+        """The default stream, wrapped without being owned (closing the wrapper destroys nothing).
+
+        The legacy default stream, or the per-thread one when the environment
+        variable ``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM`` is set to a
+        non-zero value (cuda.core's rule). Its handle (1 or 2) names the
+        default stream of whatever context is current when it is used, so
+        use it while this device is current (:meth:`set_current`). Retaining
+        the primary context may raise :class:`~cuguard.errors.CUDAError`.
+        """
+        context = self.context
+        per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+        handle = driver_types().CUstream(2 if per_thread else 1)
+        return Stream._make(handle, context, self._ordinal, owned=False)
 
     @property
     def context(self) -> Context:
@@ -203,12 +295,21 @@ class Device:
         """
         call_in(self.context, _ctx_sync, None)
 
-    def create_stream(self, *, non_blocking: bool = False, priority: int | None = None) -> Stream:
+    def create_stream(self, obj: Any = None, *, non_blocking: bool = False, priority: int | None = None) -> Stream:
         """A new stream on this device (``non_blocking``: does not wait on the legacy default stream).
 
-        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses; no
-        stream exists then, and the caller's context is unchanged (G1, G2).
+        With ``obj`` (a :class:`Stream` or any object with ``__cuda_stream__``,
+        such as another library's stream) no stream is created: ``obj``'s
+        stream is wrapped without being owned, as :func:`as_stream` does
+        (closing the wrapper destroys nothing; the wrapper keeps ``obj``
+        alive). ``obj`` with ``non_blocking`` or ``priority`` raises
+        ``ValueError``, a stream of another device ``ValueError``, anything
+        else ``TypeError``. Raises :class:`~cuguard.errors.CUDAError` if the
+        driver refuses; no stream exists then, and the caller's context is
+        unchanged (G1, G2).
         """
+        if obj is not None:
+            return self._wrap_stream(obj, non_blocking, priority)
         context = self._context
         if context is None:
             context = self.context
@@ -233,8 +334,23 @@ class Device:
         handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
         return Stream._make(handle, context, self._ordinal)
 
-    def create_event(self, *, timing: bool = True) -> Event:
-        """A new event on this device; ``timing=False`` makes a cheaper event that cannot be timed.
+    def _wrap_stream(self, obj: Any, non_blocking: object, priority: object) -> Stream:
+        self._check_driver()
+        if isinstance(obj, Stream):
+            obj._check_open()
+            stream = Stream.wrap(obj, obj._context)
+        else:
+            stream = as_stream(obj, "obj")
+        if non_blocking or priority is not None:
+            raise ValueError("non_blocking and priority apply to new streams, not to a wrapped obj")
+        if stream._device != self._ordinal:
+            raise ValueError(f"{obj!r} is a stream of device {stream._device}, not of {self!r}")
+        return stream
+
+    def create_event(self, *, timing: bool = False) -> Event:
+        """A new event on this device; ``timing=True`` makes an event that :meth:`Event.elapsed_since` can time.
+
+        Timing is off by default, as in cuda.core (such events are cheaper).
 
         Raises :class:`~cuguard.errors.CUDAError` if the driver refuses; no
         event exists then, and the caller's context is unchanged (G1, G2).
@@ -300,6 +416,7 @@ class Device:
             buf._stream = stream
             buf._graph_used = False
             buf._release_deferred = False
+            buf._lender = None
             buf._closed = False
             return buf
         return Buffer._allocate(context, self._ordinal, size)

@@ -9,8 +9,9 @@ from typing import Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.resources import _dlpack
 from cuguard.resources._base import Resource
-from cuguard.resources._stream import Stream, as_stream
+from cuguard.resources._stream import Stream, as_stream, driver_types
 
 __all__ = ["Buffer", "PinnedBuffer"]
 
@@ -106,19 +107,24 @@ class Buffer(Resource):
     :class:`~cuguard.errors.CUDAError` when the driver refuses and
     :class:`~cuguard.errors.ResourceClosedError` once closed.
 
+    Memory made elsewhere is wrapped without being owned (:meth:`from_handle`,
+    :meth:`from_dlpack`, :meth:`from_cuda_array_interface`): closing or
+    collecting such a buffer never frees it.
+
     ``__cuda_array_interface__`` exports the bytes (``|u1``); that consumer must
     not outlive the buffer. ``__dlpack__`` exports them as a 1-D ``uint8``
-    DLPack tensor whose capsule keeps the buffer alive until the consumer
-    releases it.
+    DLPack tensor; while the export is live the buffer stays alive and
+    :meth:`close` refuses.
     """
 
-    __slots__ = ("_device", "_graph_used", "_release_deferred", "_size", "_stream")
+    __slots__ = ("_device", "_graph_used", "_lender", "_release_deferred", "_size", "_stream")
     _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "device memory"
     _factory = "Device.allocate()"
     _device: int
     _size: int
     _stream: Stream | None
+    _lender: object  # what keeps memory made elsewhere alive (its owner, a producer, a consumed tensor)
 
     @classmethod
     def _allocate(cls, context: Context, device: int, size: int) -> Buffer:
@@ -132,12 +138,152 @@ class Buffer(Resource):
         self._stream = None
         self._graph_used = False
         self._release_deferred = False
+        self._lender = None
         return self
+
+    @classmethod
+    def _foreign(cls, ptr: int, size: int, device: Any, lender: object) -> Buffer:
+        from cuguard.resources._device import Device
+
+        if device is None:
+            device = Device()
+        elif not isinstance(device, Device):
+            if isinstance(device, bool) or not isinstance(device, int):
+                raise wrong_kind("device", "a Device or a device ordinal", device)
+            device = Device(device)
+        context = device.context
+        self = object.__new__(cls)
+        self._init(driver_types().CUdeviceptr(ptr), context, owned=False)
+        self._device = device.ordinal
+        self._size = size
+        self._stream = None
+        self._graph_used = False
+        self._release_deferred = False
+        self._lender = lender
+        return self
+
+    @classmethod
+    def from_handle(cls, ptr: Any, size: int, *, device: Any = None, owner: object = None) -> Buffer:
+        """Wrap ``size`` bytes of device memory at ``ptr`` made elsewhere, without owning them.
+
+        ``ptr`` is an int address or a ``CUdeviceptr``; ``device`` a
+        :class:`Device` or ordinal (default: the device of the current
+        context, or device 0, as ``Device()``); ``owner`` is kept alive as long
+        as the buffer. ``close()`` and collection never free the memory: it
+        must outlive the buffer. A bad ``ptr`` or ``size`` raises
+        ``TypeError``/``ValueError``; retaining the device's primary context
+        may raise :class:`~cuguard.errors.CUDAError`. The driver is not asked
+        whether ``ptr`` is device memory.
+        """
+        if isinstance(ptr, driver_types().CUdeviceptr):
+            ptr = int(ptr)
+        elif isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise wrong_kind("ptr", "an int address or a CUdeviceptr", ptr)
+        if ptr < 0:
+            raise ValueError(f"ptr must be 0 or more, not {ptr}")
+        return cls._foreign(ptr, _size(size), device, owner)
+
+    @classmethod
+    def from_dlpack(cls, obj: Any, *, stream: Any = None) -> Buffer:
+        """Import the device memory of a DLPack producer (CuPy, PyTorch, JAX...) without owning it.
+
+        ``obj.__dlpack__`` is asked for a versioned capsule (``max_version``
+        ``(1, 0)``), or a legacy one from producers that do not know the
+        keyword. With ``stream`` (a :class:`Stream` or any ``__cuda_stream__``
+        object), the producer is asked to order its work before that stream;
+        without, before the legacy default stream. The buffer covers the
+        tensor's bytes and keeps the consumed tensor, which keeps the producer's
+        memory, alive; the producer's deleter is called once the buffer is
+        collected. ``close()`` never frees the memory. A producer whose memory
+        is not on a CUDA device (``__dlpack_device__``), a tensor that is not
+        C-contiguous or whose elements are not whole bytes raise
+        ``BufferError`` (the capsule is then left to its producer); an object
+        without ``__dlpack__`` raises ``TypeError``.
+        """
+        if getattr(type(obj), "__dlpack__", None) is None or getattr(type(obj), "__dlpack_device__", None) is None:
+            raise wrong_kind("obj", "an object with __dlpack__ and __dlpack_device__", obj)
+        if stream is not None and type(stream) is not Stream:
+            stream = as_stream(stream, "stream")
+        device_type = obj.__dlpack_device__()[0]
+        if int(device_type) != _dlpack.KDL_CUDA:
+            raise BufferError(f"{type(obj).__name__} is not on a CUDA device (DLPack device type {device_type})")
+        handle = int(stream.handle) if stream is not None else None
+        try:
+            capsule = obj.__dlpack__(stream=handle, max_version=(1, 0))
+        except TypeError:  # a producer of the DLPack 0.x protocol
+            capsule = obj.__dlpack__(stream=handle)
+        address, size, capsule_type, capsule_device, keeper = _dlpack.import_capsule(capsule)
+        lender = (keeper, obj)
+        if capsule_type != _dlpack.KDL_CUDA:
+            raise BufferError(f"{type(obj).__name__}.__dlpack__() gave a tensor on DLPack device type {capsule_type}")
+        return cls._foreign(address, size, int(capsule_device), lender)
+
+    @classmethod
+    def from_cuda_array_interface(cls, obj: Any, *, stream: Any = None, device: Any = None) -> Buffer:
+        """Import the device memory of a ``__cuda_array_interface__`` producer (Numba, CuPy...) without owning it.
+
+        The buffer covers the array's bytes and keeps ``obj`` alive;
+        ``close()`` never frees the memory. ``device`` is the device holding
+        it (default: the device of the current context, or device 0). When
+        the interface names a producer stream, ``stream`` (a :class:`Stream` or
+        ``__cuda_stream__`` object) is made to wait for it; without ``stream``
+        the producer's stream is synchronized. An object without the
+        interface raises ``TypeError``; a malformed interface, an array that
+        is not C-contiguous, or one with a mask raises ``BufferError``; a
+        failed wait or synchronization raises
+        :class:`~cuguard.errors.CUDAError` (no buffer is made then). A
+        read-only array (``data[1]``) is not made read-only: do not write
+        into it.
+        """
+        try:
+            interface = obj.__cuda_array_interface__
+        except AttributeError:
+            raise wrong_kind("obj", "an object with __cuda_array_interface__", obj) from None
+        if stream is not None and type(stream) is not Stream:
+            stream = as_stream(stream, "stream")
+        if not isinstance(interface, dict):
+            raise BufferError(f"__cuda_array_interface__ of {type(obj).__name__} is not a dict")
+        if interface.get("mask") is not None:
+            raise BufferError("masked arrays cannot be imported as a Buffer")
+        try:
+            shape = tuple(int(n) for n in interface["shape"])
+            itemsize = int(str(interface["typestr"])[2:])
+            ptr = int(interface["data"][0])
+            strides = interface.get("strides")
+            producer = interface.get("stream")
+            count = 1
+            for n in shape:
+                count *= n
+            contiguous = True
+            if strides is not None and count:
+                expected = itemsize
+                for n, step in zip(reversed(shape), reversed(tuple(strides)), strict=True):
+                    contiguous = contiguous and (n == 1 or int(step) == expected)
+                    expected *= n
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise BufferError(f"malformed __cuda_array_interface__ of {type(obj).__name__}: {exc}") from None
+        if not contiguous:
+            raise BufferError("only C-contiguous arrays can be imported as a Buffer")
+        if ptr < 0 or count < 0:
+            raise BufferError(f"malformed __cuda_array_interface__ of {type(obj).__name__}: negative address or size")
+        buf = cls._foreign(ptr, count * itemsize, device, obj)
+        if producer is not None and not isinstance(producer, bool) and isinstance(producer, int) and producer:
+            theirs = Stream._make(driver_types().CUstream(producer), buf._context, buf._device, owned=False)
+            if stream is not None:
+                stream.wait(theirs)
+            else:
+                call_in(buf._context, _stream_sync, None, theirs._handle)
+        return buf
 
     @property
     def size(self) -> int:
         """Size in bytes."""
         return self._size
+
+    @property
+    def owned(self) -> bool:
+        """Whether cuguard frees the memory (``False`` for memory made elsewhere)."""
+        return self._owned
 
     @property
     def device(self) -> int:
@@ -154,20 +300,48 @@ class Buffer(Resource):
         """The device address as an int."""
         return int(self.handle)
 
-    def close(self) -> None:
+    def close(self, stream: Any = None) -> None:
         """Free the memory now (see :meth:`Resource.close`). Idempotent.
 
-        Stream-ordered memory is freed on its stream, after the work queued on
-        it (W5). While a CUDA graph that may still run uses the memory, the
-        buffer is closed for use at once but the memory is freed only when
-        CUDA lets go of that graph (W5: never freed under a graph). If the
-        driver refuses, raises :class:`~cuguard.errors.CUDAError` and the
-        memory is leaked, never freed twice.
+        With ``stream`` (a :class:`Stream` of the buffer's device, or any
+        ``__cuda_stream__`` object) the memory is freed on it
+        (``cuMemFreeAsync``), after the work queued on it: ordering it after
+        other streams' use is the caller's part. Otherwise stream-ordered
+        memory is freed on its own stream, after the work queued on it (W5),
+        and other memory synchronously. Memory made elsewhere
+        (:meth:`from_handle`, :meth:`from_dlpack`...) is never freed: the
+        buffer is only closed and lets go of what it kept alive.
+
+        While a DLPack export of the buffer is live (a capsule from
+        :meth:`__dlpack__` that someone still holds unconsumed, or a tensor a
+        consumer made from it and has not deleted yet), raises
+        ``BufferError`` and changes nothing: the buffer stays open and
+        usable; delete the consumer's tensor (or the capsule) and close again.
+        While a CUDA graph that may still run uses the memory, the buffer is
+        closed for use at once but the memory is freed only when CUDA lets go
+        of that graph, on the stream it was allocated on (W5: never freed
+        under a graph). A closed ``stream`` raises ``ResourceClosedError``, one
+        of another device ``ValueError``, before anything is freed (also when
+        the buffer is closed already). If the driver refuses, raises
+        :class:`~cuguard.errors.CUDAError` and the memory is leaked, never
+        freed twice.
         """
+        if stream is not None:
+            if type(stream) is not Stream:
+                stream = as_stream(stream, "stream")
+            stream._check_open()
+            if stream._device != self._device:
+                raise ValueError(f"{stream!r} belongs to device {stream._device}, not to device {self._device}")
         if self._closed:
             return
         if self._context._closed:
             self._context_gone()
+            return
+        if _dlpack._owners and _dlpack.exported(self):
+            raise BufferError(f"{self!r} has a live DLPack export; delete the consumer's tensor before closing")
+        if not self._owned:
+            self._closed = True
+            self._lender = None
             return
         if self._graph_used and _in_use(self):
             # A graph CUDA may still run uses the memory: never free it under the graph (W5).
@@ -176,7 +350,8 @@ class Buffer(Resource):
             self._closed = True
             return
         self._closed = True
-        stream = self._stream
+        if stream is None:
+            stream = self._stream
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
             if err:
@@ -312,7 +487,7 @@ class Buffer(Resource):
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(kDLCUDA, device ordinal)``."""
-        return (2, self._device)
+        return (_dlpack.KDL_CUDA, self._device)
 
     def __dlpack__(
         self,
@@ -324,15 +499,19 @@ class Buffer(Resource):
     ) -> Any:
         """Export the bytes as a DLPack tensor (1-D ``uint8`` on the buffer's device).
 
-        The capsule keeps this buffer alive until the consumer releases the
-        tensor. When ``stream`` names the consumer's stream (an int other than
-        ``None``/-1) and the buffer is stream-ordered, the consumer's stream is
-        made to wait for the work queued on the buffer's stream. Copies and
-        other devices are refused with ``BufferError``; the legacy
-        (unversioned) capsule is returned whatever ``max_version`` says.
+        Returns a versioned capsule (``dltensor_versioned``, DLPack 1.0) when
+        ``max_version`` is ``(1, 0)`` or more, the legacy ``dltensor`` one
+        otherwise. The export is live, keeping this buffer alive and making
+        :meth:`close` refuse, while anyone holds the capsule unconsumed and,
+        once a consumer consumed it, until the consumer deletes the tensor. A
+        capsule that is dropped or refused unconsumed ends its export at the
+        next export, close or garbage collection, with nothing printed. When
+        ``stream`` names the consumer's stream (an int other than
+        ``None``/-1) and the buffer is stream-ordered, the consumer's stream
+        is made to wait for the work queued on the buffer's stream. Copies
+        and other devices are refused with ``BufferError``; a closed buffer
+        raises ``ResourceClosedError``.
         """
-        from cuguard.resources._dlpack import export
-
         handle = self.handle
         if copy:
             raise BufferError("cuguard buffers export without copying only")
@@ -350,7 +529,14 @@ class Buffer(Resource):
 
             consumer = Stream._make(CUstream(int(stream)), self._context, self._device, owned=False)
             consumer.wait(own)
-        return export(self, int(handle), self._size, self._device)
+        versioned = max_version is not None and next(iter(max_version)) >= 1
+        return _dlpack.export(self, int(handle), self._size, _dlpack.KDL_CUDA, self._device, versioned=versioned)
+
+
+def _stream_sync(handle: Any) -> None:
+    (err,) = driver.cuStreamSynchronize(handle)
+    if err:
+        raise_status(err, "cuStreamSynchronize")
 
 
 def _check_size(got: int, want: int) -> None:
@@ -362,9 +548,10 @@ class PinnedBuffer(Resource):
     """Page-locked host memory, fast to copy to and from devices.
 
     Allocated with :meth:`Device.allocate_pinned`. :meth:`numpy` returns a
-    NumPy view that keeps the buffer alive; :meth:`close` refuses (with
-    ``BufferError``) while such a view exists, so no view can outlive the
-    memory.
+    NumPy view that keeps the buffer alive; ``__dlpack__`` exports the bytes
+    as a 1-D ``uint8`` tensor on ``kDLCUDAHost`` (NumPy's ``from_dlpack``
+    takes it). :meth:`close` refuses (with ``BufferError``) while such a view
+    or a live export exists, so neither can outlive the memory.
     """
 
     __slots__ = ("_graph_used", "_release_deferred", "_size", "_views")
@@ -413,13 +600,17 @@ class PinnedBuffer(Resource):
     def close(self) -> None:
         """Free the memory now (see :meth:`Resource.close`).
 
-        Raises ``BufferError`` while a NumPy view from :meth:`numpy` is alive.
+        Raises ``BufferError``, and changes nothing, while a NumPy view from
+        :meth:`numpy` is alive or a DLPack export is live (a capsule held
+        unconsumed, or a consumer's tensor not yet deleted).
         While a CUDA graph that may still run uses the memory, it is closed for
         use at once and freed when CUDA lets go of the graph (W5).
         """
         if not self._closed:
             if any(ref() is not None for ref in self._views):
                 raise BufferError(f"{self!r} still has live NumPy views; delete them before closing")
+            if _dlpack._owners and _dlpack.exported(self):
+                raise BufferError(f"{self!r} has a live DLPack export; delete the consumer's tensor before closing")
             if self._graph_used and not self._context._closed and _in_use(self):
                 self._release_deferred = True  # freed when the graph lets go of it (W5)
                 self._closed = True
@@ -428,3 +619,31 @@ class PinnedBuffer(Resource):
 
     def _release(self, raising: bool) -> tuple[Any, str]:
         return self._release_in_context(raising, _host_free_status)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCUDAHost, 0)``."""
+        return (_dlpack.KDL_CUDA_HOST, 0)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export the bytes as a DLPack tensor (1-D ``uint8`` on ``kDLCUDAHost``).
+
+        Same capsules and lifetime rules as :meth:`Buffer.__dlpack__`; the
+        consumer's ``stream`` is not waited on (host memory: order copies
+        into it yourself). Copies and other devices than ``kDLCUDAHost`` or
+        ``kDLCPU`` are refused with ``BufferError``; a closed buffer raises
+        ``ResourceClosedError``.
+        """
+        address = self.address
+        if copy:
+            raise BufferError("cuguard buffers export without copying only")
+        if dl_device is not None and tuple(dl_device) not in ((_dlpack.KDL_CUDA_HOST, 0), (_dlpack.KDL_CPU, 0)):
+            raise BufferError(f"cannot export to device {dl_device}; pinned memory is on {(_dlpack.KDL_CUDA_HOST, 0)}")
+        versioned = max_version is not None and next(iter(max_version)) >= 1
+        return _dlpack.export(self, address, self._size, _dlpack.KDL_CUDA_HOST, 0, versioned=versioned)

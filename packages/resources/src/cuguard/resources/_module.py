@@ -1,189 +1,36 @@
-"""Compiling (NVRTC), linking (nvJitLink), loading modules, and launching kernels."""
+"""Loading modules, kernels, launch configurations and launching kernels.
+
+Compiling and linking are in :mod:`cuguard.resources._program`; kernel
+attributes, occupancy and launches with attributes in :mod:`cuguard.resources._launch`.
+"""
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import (
     CUDAError,
-    LibraryNotFoundError,
-    NVJitLinkError,
-    NVRTCError,
     StickyCUDAError,
     Unique,
-    add_failure_note,
     attributing,
     driver,
     format_handle,
     is_sticky,
     raise_status,
     refuse_construction,
-    report_error,
     wrong_kind,
 )
 from cuguard.resources._base import Resource
+from cuguard.resources._launch import KernelAttributes, KernelOccupancy, launch_ex
 from cuguard.resources._memory import Buffer, PinnedBuffer
+from cuguard.resources._objectcode import LOADABLE, ObjectCode
 from cuguard.resources._params import KernelParameter, Signature, parse_ptx_signatures, query_signature
 from cuguard.resources._stream import Stream, as_stream
 
-__all__ = ["Kernel", "LaunchConfig", "Module", "Program", "launch", "link"]
-
-
-# --- NVRTC -----------------------------------------------------------------------------
-
-
-def _nvrtc() -> Any:
-    try:
-        from cuda.bindings import nvrtc
-    except ImportError as exc:  # pragma: no cover - part of cuda-bindings
-        raise RuntimeError(f"NVRTC bindings are unavailable: {exc}") from None
-    return nvrtc
-
-
-class Program:
-    """CUDA C++ source, compiled with NVRTC to PTX or a cubin.
-
-    ``options`` are NVRTC options such as ``"-arch=sm_90"`` or ``"-std=c++17"``.
-    :meth:`compile` raises :class:`~cuguard.errors.NVRTCError` carrying the
-    compiler's log when compilation fails; the NVRTC program is always
-    destroyed, on success and on failure. Needs the NVRTC library (present
-    where the CUDA toolkit or the ``nvidia-cuda-nvrtc`` wheel is installed).
-    """
-
-    def __init__(self, source: str, name: str = "program.cu", options: Sequence[str] = ()) -> None:
-        if not isinstance(source, str):
-            raise TypeError(f"source must be a str, not {type(source).__name__}")
-        self.source = source
-        self.name = name
-        self.options = tuple(options)
-
-    def compile(self, target: str = "ptx") -> bytes:
-        """Compile to ``"ptx"`` or ``"cubin"`` and return the image bytes.
-
-        Raises ``ValueError`` for another target,
-        :class:`~cuguard.errors.LibraryNotFoundError` (naming the package to
-        install) when NVRTC cannot be loaded, and
-        :class:`~cuguard.errors.NVRTCError` (with the compiler's log) when
-        compilation fails; the NVRTC program is destroyed either way.
-        """
-        if target not in ("ptx", "cubin"):
-            raise ValueError(f"target must be 'ptx' or 'cubin', not {target!r}")
-        nvrtc = _nvrtc()
-        try:
-            err, prog = nvrtc.nvrtcCreateProgram(self.source.encode(), self.name.encode(), 0, [], [])
-        except RuntimeError as exc:  # the library itself could not be loaded: no NVRTC call was made
-            raise LibraryNotFoundError("NVRTC", "nvidia-cuda-nvrtc", str(exc).strip()) from None
-        if err:
-            raise NVRTCError(int(err), "nvrtcCreateProgram")
-        try:
-            opts = [o.encode() for o in self.options]
-            (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-            if err:
-                raise NVRTCError(int(err), "nvrtcCompileProgram", log=_nvrtc_log(nvrtc, prog))
-            size_fn, get_fn = (
-                (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
-                if target == "ptx"
-                else (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
-            )
-            err, size = size_fn(prog)
-            if err:
-                raise NVRTCError(int(err), size_fn.__name__)
-            image = b" " * size
-            (err,) = get_fn(prog, image)
-            if err:
-                raise NVRTCError(int(err), get_fn.__name__)
-            result = bytes(image)
-        except BaseException as exc:
-            (derr,) = nvrtc.nvrtcDestroyProgram(prog)
-            if derr:
-                add_failure_note(exc, NVRTCError(int(derr), "nvrtcDestroyProgram"))
-            raise
-        (derr,) = nvrtc.nvrtcDestroyProgram(prog)
-        if derr:  # the image is good; the program's host memory was leaked
-            report_error(NVRTCError(int(derr), "nvrtcDestroyProgram"), prog, "the NVRTC program was leaked")
-        return result
-
-
-def _nvrtc_log(nvrtc: Any, prog: Any) -> str:
-    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    if err or size <= 1:
-        return ""
-    log = b" " * size
-    (err,) = nvrtc.nvrtcGetProgramLog(prog, log)
-    return "" if err else log.rstrip(b"\x00").decode(errors="replace")
-
-
-# --- nvJitLink ---------------------------------------------------------------------------
-
-
-def link(images: Sequence[bytes], arch: str, options: Sequence[str] = ()) -> bytes:
-    """Link PTX or cubin ``images`` with nvJitLink into one cubin for ``arch`` (e.g. ``"sm_90"``).
-
-    Raises :class:`~cuguard.errors.NVJitLinkError` with the linker's error log
-    on failure (the linker handle is always destroyed), and
-    :class:`~cuguard.errors.LibraryNotFoundError` (naming the package to
-    install) when nvJitLink cannot be loaded.
-    """
-    try:
-        from cuda.bindings import nvjitlink
-    except ImportError as exc:  # pragma: no cover - part of cuda-bindings
-        raise RuntimeError(f"nvJitLink bindings are unavailable: {exc}") from None
-    opts = [f"-arch={arch}", *options]
-    try:
-        handle = nvjitlink.create(len(opts), opts)
-    except nvjitlink.nvJitLinkError as exc:
-        raise NVJitLinkError(int(getattr(exc, "status", 6)), "nvJitLinkCreate", log=str(exc)) from None
-    except RuntimeError as exc:  # the library itself could not be loaded: no nvJitLink call was made
-        raise LibraryNotFoundError("nvJitLink", "nvidia-nvjitlink", str(exc).strip()) from None
-    try:
-        for index, image in enumerate(images):
-            kind = (
-                nvjitlink.InputType.PTX
-                if image.lstrip().startswith(b"//") or b".version" in image[:4096]
-                else (nvjitlink.InputType.CUBIN)
-            )
-            try:
-                nvjitlink.add_data(handle, kind, image, len(image), f"input{index}")
-            except nvjitlink.nvJitLinkError as exc:
-                raise NVJitLinkError(int(exc.status), "nvJitLinkAddData", log=_jit_log(nvjitlink, handle)) from None
-        try:
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as exc:
-            raise NVJitLinkError(int(exc.status), "nvJitLinkComplete", log=_jit_log(nvjitlink, handle)) from None
-        size = nvjitlink.get_linked_cubin_size(handle)
-        out = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, out)
-    except BaseException as exc:
-        _destroy_linker(nvjitlink, handle, exc)
-        raise
-    _destroy_linker(nvjitlink, handle, None)
-    return bytes(out)
-
-
-def _destroy_linker(nvjitlink: Any, handle: Any, exc: BaseException | None) -> None:
-    """Destroy the linker; a failure is a note on ``exc`` or, with none propagating, a warning."""
-    try:
-        nvjitlink.destroy(handle)
-    except nvjitlink.nvJitLinkError as failure:
-        error = NVJitLinkError(int(getattr(failure, "status", 6)), "nvJitLinkDestroy", log=str(failure))
-        if exc is not None:
-            add_failure_note(exc, error)
-        else:
-            report_error(error, handle, "the nvJitLink handle was leaked")
-
-
-def _jit_log(nvjitlink: Any, handle: Any) -> str:
-    try:
-        size = nvjitlink.get_error_log_size(handle)
-        log = bytearray(size)
-        nvjitlink.get_error_log(handle, log)
-        return log.rstrip(b"\x00").decode(errors="replace")
-    except Exception:  # noqa: BLE001 - the log is best effort; the status is what is raised
-        return ""
+__all__ = ["Kernel", "LaunchConfig", "Module", "launch"]
 
 
 # --- modules and kernels ------------------------------------------------------------
@@ -215,46 +62,60 @@ class Module(Resource):
     (``CUDA_ERROR_INVALID_IMAGE``) and loads nothing.
     """
 
-    __slots__ = ("_device", "_signatures")
+    __slots__ = ("_device", "_signatures", "_symbols")
     _what = "module"
     _factory = "Device.load_module() or Module.load()"
     _device: int
     _signatures: dict[str, tuple[KernelParameter, ...]]
+    _symbols: dict[str, str]
 
     @classmethod
-    def load(cls, context: Context, image: bytes | str) -> Module:
-        """Load ``image`` (PTX text or a cubin) into ``context``.
+    def load(cls, context: Context, image: bytes | str | ObjectCode) -> Module:
+        """Load ``image`` (PTX text, a cubin, or an :class:`ObjectCode`) into ``context``.
 
-        Raises ``TypeError`` for an image that is not ``bytes``/``str``,
-        ``ResourceClosedError`` for a closed context and
+        The lowered names of an :class:`ObjectCode`'s name expressions are
+        kept, so :meth:`get_kernel` finds ``"saxpy<float>"``. Raises
+        ``TypeError`` for an image of another kind, ``ValueError`` for an
+        :class:`ObjectCode` that cannot be loaded (LTO IR, an object, a
+        library), ``ResourceClosedError`` for a closed context and
         :class:`~cuguard.errors.CUDAError` if the driver refuses (for example
         ``CUDA_ERROR_INVALID_IMAGE``); nothing is loaded then and the caller's
         context is unchanged.
         """
         if not isinstance(context, Context):
             raise wrong_kind("context", "a Context", context)
+        symbols: dict[str, str] = {}
+        if isinstance(image, ObjectCode):
+            if image.code_type not in LOADABLE:
+                raise ValueError(f"a {image.code_type} image cannot be loaded; link it into a cubin first")
+            symbols = image._symbols
+            image = image.code
         if isinstance(image, str):
             image = image.encode()
         if not isinstance(image, bytes | bytearray):
-            raise TypeError(f"a module image must be bytes or str, not {type(image).__name__}")
+            raise TypeError(f"a module image must be bytes, str or an ObjectCode, not {type(image).__name__}")
         data = bytes(image)
         if not data.endswith(b"\x00"):
             data += b"\x00"
         signatures = {} if data.startswith(b"\x7fELF") else parse_ptx_signatures(data)
+        device = context.device  # may ask the driver: before anything is loaded (G1)
         handle = call_in(context, _module_load, _module_unload, data)
         self = object.__new__(cls)
         self._init(handle, context)
-        self._device = context.device
+        self._device = device
         self._signatures = signatures
+        self._symbols = dict(symbols)
         return self
 
     def _release(self, raising: bool) -> tuple[Any, str]:
         return self._release_in_context(raising, _module_unload_status)
 
     def get_kernel(self, name: str) -> Kernel:
-        """The kernel ``name`` (an ``extern "C"`` or mangled entry name).
+        """The kernel ``name``: an ``extern "C"`` or mangled entry name, or a name expression.
 
-        A missing name raises :class:`~cuguard.errors.CUDAError`
+        A name expression (``"saxpy<float>"``) given to
+        :meth:`Program.compile` is found through the lowered name recorded in
+        the :class:`ObjectCode` the module was loaded from. A missing name raises :class:`~cuguard.errors.CUDAError`
         (``CUDA_ERROR_NOT_FOUND``) whose message names the symbol. The kernel's
         parameter list comes from the PTX text the module was loaded from or,
         for a cubin, from the driver (``cuFuncGetParamInfo``), whose failure
@@ -263,12 +124,13 @@ class Module(Resource):
         if not isinstance(name, str):
             raise TypeError(f"a kernel name must be a str, not {type(name).__name__}")
         handle = self.handle  # checked before the driver is looked up (O3)
-        err, function = driver.cuModuleGetFunction(handle, name.encode())
+        entry = self._symbols.get(name, name)
+        err, function = driver.cuModuleGetFunction(handle, entry.encode())
         if err:
             raise CUDAError(err, "cuModuleGetFunction", f"kernel {name!r} not found in {self!r}")
-        params = self._signatures.get(name)
+        params = self._signatures.get(entry)
         if params is None:
-            params = query_signature(function, name)
+            params = query_signature(function, entry)
         return Kernel._make(function, name, self, None if params is None else Signature(name, params))
 
 
@@ -298,6 +160,22 @@ class Kernel(Unique):
         self.module = module
         self._signature = signature
         return self
+
+    @property
+    def attributes(self) -> KernelAttributes:
+        """The kernel's attributes (``cuFuncGetAttribute``): ``kernel.attributes.num_regs()``..."""
+        return KernelAttributes(self)
+
+    @property
+    def occupancy(self) -> KernelOccupancy:
+        """Occupancy queries: ``kernel.occupancy.max_active_blocks_per_multiprocessor(256, 0)``..."""
+        return KernelOccupancy(self)
+
+    @property
+    def num_arguments(self) -> int | None:
+        """The number of parameters, or ``None`` when the parameter list is unknown."""
+        sig = self._signature
+        return None if sig is None else len(sig.params)
 
     @property
     def parameters(self) -> tuple[KernelParameter, ...] | None:
@@ -344,28 +222,118 @@ class Kernel(Unique):
         return f"<Kernel {self.name!r}>"
 
 
-@dataclass(frozen=True)
 class LaunchConfig:
-    """Grid and block shape of a launch, and its dynamic shared memory in bytes.
+    """The shape of a launch, with ``cuda.core``'s keywords.
 
-    ``grid`` and ``block`` are an int or a tuple of up to three ints, each 1 or
-    more; anything else raises ``ValueError``/``TypeError`` at construction.
+    ``LaunchConfig(grid=1, block=1, *, cluster=None, shmem_size=0,
+    cooperative_launch=False)``. ``grid``, ``block`` and ``cluster`` are an
+    int or a tuple of up to three ints, each 1 or more. As in ``cuda.core``,
+    when ``cluster`` is given ``grid`` counts clusters, not blocks (the launch
+    has ``grid * cluster`` blocks per dimension). ``shmem_size`` is the
+    dynamic shared memory per block in bytes (``shared_mem`` is accepted as
+    another name for it, and read back as an attribute). ``is_cooperative``
+    is another name for ``cooperative_launch``. Only ``grid`` and ``block``
+    may be given by position (a third positional argument is a
+    ``TypeError``, so ``cuda.core``'s positional ``(grid, cluster, block)``
+    is refused rather than misread).
+
+    Bad values raise ``TypeError``/``ValueError`` at construction. A config
+    with ``cluster`` or ``cooperative_launch`` is launched with
+    ``cuLaunchKernelEx`` (see :func:`launch`). Immutable, hashable,
+    compared by value, picklable.
     """
 
-    grid: int | tuple[int, ...] = 1
-    block: int | tuple[int, ...] = 1
-    shared_mem: int = 0
-    _launch_dims: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    __slots__ = ("_cluster_dims", "_ex", "_launch_dims", "block", "cluster", "cooperative_launch", "grid", "shmem_size")
 
-    def __post_init__(self) -> None:
-        dims = (*_dims(self.grid, "grid"), *_dims(self.block, "block"))
-        if isinstance(self.shared_mem, bool) or not isinstance(self.shared_mem, int) or self.shared_mem < 0:
-            raise ValueError(f"shared_mem must be an int of 0 or more, not {self.shared_mem!r}")
-        object.__setattr__(self, "_launch_dims", (*dims, self.shared_mem))
+    grid: int | tuple[int, ...]
+    block: int | tuple[int, ...]
+    cluster: int | tuple[int, ...] | None
+    shmem_size: int
+    cooperative_launch: bool
+    _launch_dims: tuple[int, int, int, int, int, int, int]
+    _cluster_dims: tuple[int, int, int]
+    _ex: bool
+
+    def __init__(
+        self,
+        grid: int | tuple[int, ...] = 1,
+        block: int | tuple[int, ...] = 1,
+        *,
+        cluster: int | tuple[int, ...] | None = None,
+        shmem_size: int | None = None,
+        cooperative_launch: bool = False,
+        shared_mem: int | None = None,
+        is_cooperative: bool | None = None,
+    ) -> None:
+        g = _dims(grid, "grid")
+        b = _dims(block, "block")
+        if shared_mem is not None and shmem_size is not None and shared_mem != shmem_size:
+            raise ValueError("give shmem_size or shared_mem (the same thing), not both")
+        shared = shmem_size if shmem_size is not None else (shared_mem if shared_mem is not None else 0)
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ValueError(f"shmem_size must be an int of 0 or more, not {shared!r}")
+        if is_cooperative is not None:
+            cooperative_launch = is_cooperative
+        if not isinstance(cooperative_launch, bool):
+            raise TypeError(f"cooperative_launch must be a bool, not {type(cooperative_launch).__name__}")
+        c = (1, 1, 1) if cluster is None else _dims(cluster, "cluster")
+        if cluster is not None:
+            g = (g[0] * c[0], g[1] * c[1], g[2] * c[2])
+        put = object.__setattr__
+        put(self, "grid", grid)
+        put(self, "block", block)
+        put(self, "cluster", cluster)
+        put(self, "shmem_size", shared)
+        put(self, "cooperative_launch", cooperative_launch)
+        put(self, "_launch_dims", (*g, *b, shared))
+        put(self, "_cluster_dims", c)
+        put(self, "_ex", cluster is not None or cooperative_launch)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"LaunchConfig is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"LaunchConfig is immutable; cannot delete {name!r}")
+
+    @property
+    def shared_mem(self) -> int:
+        """Another name for :attr:`shmem_size`."""
+        return self.shmem_size
+
+    @property
+    def is_cooperative(self) -> bool:
+        """Another name for :attr:`cooperative_launch`."""
+        return self.cooperative_launch
 
     def dims(self) -> tuple[int, int, int, int, int, int]:
-        """``(gx, gy, gz, bx, by, bz)``."""
-        return self._launch_dims[:6]  # type: ignore[return-value]
+        """``(gx, gy, gz, bx, by, bz)`` as the driver gets them (grid in blocks, clusters included)."""
+        return self._launch_dims[:6]
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self._launch_dims, self.cluster is not None and self._cluster_dims, self.cooperative_launch)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LaunchConfig):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_launch_config, (self.grid, self.block, self.cluster, self.shmem_size, self.cooperative_launch))
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.cluster is not None:
+            extra += f", cluster={self.cluster!r}"
+        if self.cooperative_launch:
+            extra += ", cooperative_launch=True"
+        return f"LaunchConfig(grid={self.grid!r}, block={self.block!r}{extra}, shmem_size={self.shmem_size})"
+
+
+def _launch_config(grid: Any, block: Any, cluster: Any, shmem_size: int, cooperative_launch: bool) -> LaunchConfig:
+    return LaunchConfig(grid, block, cluster=cluster, shmem_size=shmem_size, cooperative_launch=cooperative_launch)
 
 
 def _dims(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
@@ -446,7 +414,12 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
     """Queue ``kernel`` on ``stream`` with ``config`` and ``args`` (see :meth:`Kernel.pack`).
 
     Arguments that do not match the kernel's parameters raise ``TypeError``
-    before anything reaches the driver.
+    before anything reaches the driver. A plain config goes through
+    ``cuLaunchKernel``; one with ``cluster`` or ``cooperative_launch``
+    through ``cuLaunchKernelEx`` with launch attributes, after checking the
+    device: clusters need compute capability 9.0+ and cluster launch support,
+    cooperative launches need cooperative launch support and a grid that fits
+    on the device at once (``ValueError`` otherwise, before the launch).
 
     Raises :class:`~cuguard.errors.CUDAError` if the launch is refused (a bad
     configuration, a sticky error...); nothing was queued then. A fault inside
@@ -472,10 +445,14 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         params, keep = sig.pack(args)
     else:
         params, keep = (pack_args(args) if args else 0), None
-    (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
-    del keep  # the driver copied the arguments
-    if err:
-        raise_status(err, "cuLaunchKernel")
+    if config._ex:
+        launch_ex(stream, config, kernel, params)
+        del keep
+    else:
+        (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
+        del keep  # the driver copied the arguments
+        if err:
+            raise_status(err, "cuLaunchKernel")
     if attributing():
         wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
 

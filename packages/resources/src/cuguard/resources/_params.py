@@ -168,7 +168,7 @@ def _fast_format(param: KernelParameter) -> str | None:
 class Signature:
     """A kernel's parameter list, with what packing arguments against it needs."""
 
-    __slots__ = ("_format", "_pointer_offsets", "_size", "kernel", "params")
+    __slots__ = ("_format", "_pointer_offsets", "_size", "_takes_memory", "kernel", "params")
 
     def __init__(self, kernel: str, params: tuple[KernelParameter, ...]) -> None:
         self.kernel = kernel
@@ -189,6 +189,7 @@ class Signature:
                 at = p.offset + p.size
             self._format = struct.Struct("<" + "".join(parts))
         self._pointer_offsets = tuple(n * _POINTER + p.offset for p in params)
+        self._takes_memory = tuple(p.size == _POINTER and p.kind in ("integer", "sized") for p in params)
 
     def describe(self) -> str:
         """``name(a: u64, n: u32)``: the kernel and its parameters, for messages."""
@@ -212,8 +213,16 @@ class Signature:
         base = ctypes.addressof(storage)
         fmt = self._format
         if fmt is not None:
-            values = [int(a.handle) if type(a) is Buffer or type(a) is PinnedBuffer else a for a in args]
-            if all(type(v) is int or type(v) is float for v in values):
+            values: list[Any] | None = []
+            for arg, takes_memory in zip(args, self._takes_memory, strict=True):
+                if type(arg) is Buffer or type(arg) is PinnedBuffer:
+                    if not takes_memory:  # memory for a float parameter: the careful path says so
+                        values = None
+                        break
+                    values.append(int(arg.handle))  # type: ignore[union-attr]
+                else:
+                    values.append(arg)  # type: ignore[union-attr]
+            if values is not None and all(type(v) is int or type(v) is float for v in values):
                 try:
                     fmt.pack_into(storage, 0, *[base + o for o in self._pointer_offsets], *values)
                 except (struct.error, OverflowError):

@@ -99,6 +99,16 @@ class Op:
     tags: tuple[str, ...] = field(default=())
 
 
+_TINY_CU = "template <typename T> __global__ void tiny(T* out) { *out = T(1); }"
+
+
+def _object_code(R: Any, data: bytes) -> Any:
+    """``data`` (the driver's kernel image) as an ObjectCode of the right kind."""
+    if isinstance(data, bytes) and data.startswith(b"\x7fELF"):
+        return R.ObjectCode.from_cubin(data)
+    return R.ObjectCode.from_ptx(data)
+
+
 def _p(name: str, accepts: frozenset[str], expect: str, **kw: Any) -> Param:
     return Param(name, accepts, expect, **kw)
 
@@ -141,7 +151,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     def add(name: str, receiver: str | None, run: Callable[..., Any], *params: Param, **kw: Any) -> None:
         ops.append(Op(name, receiver, run, tuple(params), **kw))
 
-    ordinal = _v("ordinal", 0, 1, 2, -1, None, 1.5, True, "0", good=2)
+    ordinal = _v("ordinal", 0, 1, None, 2, -1, 1.5, True, "0", good=3)
     codes = _v("code", 1, 2, 700, 0, -1, 2**40, None, 1.5, "x", good=3)
 
     # --- errors ------------------------------------------------------------------------------
@@ -227,6 +237,20 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _v("attribute", 75, 76, 1, -5, "x", None, 10**6, good=2),
     )
     add("Device.compute_capability", "Device", lambda d: d.compute_capability)
+    add(
+        "Device.properties",
+        "Device",
+        lambda d, name: (getattr(d.properties, name), d.arch, d.uuid),
+        _v("name", "multiprocessor_count", "warp_size", "integrated", "compute_capability_minor"),
+    )
+    add("Device.memory_info", "Device", lambda d: d.memory_info)
+    add("Device.default_stream", "Device", lambda d: d.default_stream.__cuda_stream__())
+    add(
+        "Device.create_stream[obj]",
+        "Device",
+        lambda d, obj: d.create_stream(obj),
+        _p("obj", STREAM, "Stream", optional=True),
+    )
     add("Device.ordinal", "Device", lambda d: (d.ordinal, d.handle), uses_receiver=False)
     add("Device.context", "Device", lambda d: d.context)
     add("Device.set_current", "Device", lambda d: d.set_current(), sets_context=True, weight=2)
@@ -332,15 +356,50 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add(
         "Buffer.size",
         "Buffer",
-        lambda b: (b.size, b.device, b.stream, b.closed, b.__dlpack_device__()),
+        lambda b: (b.size, b.device, b.stream, b.closed, b.owned, b.__dlpack_device__()),
         uses_receiver=False,
     )
     add(
         "Buffer.__dlpack__",
         "Buffer",
-        lambda b, copy, dl_device: b.__dlpack__(copy=copy, dl_device=dl_device),
+        lambda b, copy, dl_device, version: b.__dlpack__(copy=copy, dl_device=dl_device, max_version=version),
         _v("copy", None, False, True, good=2),
         _v("dl_device", None, (2, 0), (2, 1), (1, 0), good=2),
+        _v("max_version", None, (1, 0), (0, 8), (1, 3)),
+    )
+    add(
+        "PinnedBuffer.__dlpack__",
+        "PinnedBuffer",
+        lambda p, copy, version: (p.__dlpack__(copy=copy, max_version=version), p.__dlpack_device__()),
+        _v("copy", None, False, True, good=2),
+        _v("max_version", None, (1, 0), (0, 8)),
+    )
+    add(
+        "Buffer.close[stream]",
+        "Buffer",
+        lambda b, s: b.close(s),
+        _p("stream", STREAM, "Stream"),
+        idempotent_close=True,
+        frees_memory=True,
+    )
+    add(
+        "Buffer.from_handle",
+        "Buffer",
+        lambda b, size: R.Buffer.from_handle(b.ptr, size, owner=b).close(),
+        _v("size", SIZE, 0, -1, None, 1.5, good=2),
+    )
+    add(
+        "Buffer.from_dlpack",
+        None,
+        lambda obj, s: R.Buffer.from_dlpack(obj, stream=s).close(),
+        _p("obj", MEMORY, "__dlpack__"),
+        _p("stream", STREAM, "Stream", optional=True),
+    )
+    add(
+        "Buffer.from_cuda_array_interface",
+        None,
+        lambda obj: R.Buffer.from_cuda_array_interface(obj).close(),
+        _p("obj", frozenset({"Buffer"}), "__cuda_array_interface__"),
     )
     add("PinnedBuffer.address", "PinnedBuffer", lambda p: p.address)
     add("PinnedBuffer.size", "PinnedBuffer", lambda p: (p.size, p.closed, p.context), uses_receiver=False)
@@ -381,6 +440,106 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add("pack_args", None, lambda *args: R.pack_args(args), kargs)
     add("Kernel.pack", "Kernel", lambda k, *args: k.pack(args)[0], kargs)
     add("Kernel.parameters", "Kernel", lambda k: (k.parameters, k.name), uses_receiver=False)
+    add(
+        "LaunchConfig[cluster]",
+        None,
+        lambda grid, cluster, shmem, coop: R.LaunchConfig(
+            grid=grid, block=SIZE, cluster=cluster, shmem_size=shmem, cooperative_launch=coop
+        ),
+        _v("grid", 1, (1, 2), 0, "x", good=2),
+        _v("cluster", None, 2, (1, 2, 1), 0, (1, 1, 1, 1), 1.5, good=3),
+        _v("shmem_size", 0, 16, -1, None, good=3),
+        _v("cooperative_launch", False, True, 1, good=2),
+    )
+    add(
+        "launch[cluster]",
+        None,
+        lambda stream, kernel, cooperative, *args: R.launch(
+            stream,
+            R.LaunchConfig(grid=1, block=SIZE, cluster=None if cooperative else 2, cooperative_launch=cooperative),
+            kernel,
+            *args,
+        ),
+        _p("stream", STREAM, "Stream"),
+        _p("kernel", KERNEL, "Kernel"),
+        _v("cooperative", False, True),
+        kargs,
+        weight=2,
+    )
+    add(
+        "Kernel.attributes",
+        "Kernel",
+        lambda k, name: getattr(k.attributes, name)(),
+        _v("name", "num_regs", "max_threads_per_block", "shared_size_bytes", "cluster_size_must_be_set"),
+    )
+    add(
+        "Kernel.occupancy",
+        "Kernel",
+        lambda k, block_size, shmem: k.occupancy.max_active_blocks_per_multiprocessor(block_size, shmem),
+        _v("block_size", SIZE, 32, 0, -1, None, 1.5, good=2),
+        _v("dynamic_shared_memory_size", 0, 128, -1, None, good=2),
+    )
+    add(
+        "Kernel.occupancy.max_potential_block_size",
+        "Kernel",
+        lambda k, shmem, limit: k.occupancy.max_potential_block_size(shmem, limit),
+        _v("dynamic_shared_memory_needed", 0, 256, -1, None, good=2),
+        _v("block_size_limit", 0, 128, -1, "x", good=2),
+    )
+    add(
+        "Kernel.occupancy.available_dynamic_shared_memory_per_block",
+        "Kernel",
+        lambda k, blocks, block_size: k.occupancy.available_dynamic_shared_memory_per_block(blocks, block_size),
+        _v("num_blocks_per_multiprocessor", 1, 4, 0, None, good=2),
+        _v("block_size", SIZE, 1024, 0, "x", good=2),
+    )
+    add(
+        "Kernel.occupancy.max_active_clusters",
+        "Kernel",
+        lambda k, cluster, stream: k.occupancy.max_active_clusters(
+            R.LaunchConfig(grid=1, block=SIZE, cluster=cluster), stream
+        ),
+        _v("cluster", 2, 4, None, 32, good=2),
+        _p("stream", STREAM, "Stream", optional=True),
+    )
+    add(
+        "Kernel.occupancy.max_potential_cluster_size",
+        "Kernel",
+        lambda k, config: k.occupancy.max_potential_cluster_size(config),
+        _p("config", CONFIG, "LaunchConfig"),
+    )
+    add(
+        "ObjectCode.get_kernel",
+        None,
+        lambda data, name: _object_code(R, data).get_kernel(name),
+        _v("image", image, image, b"garbage", good=2),
+        _v("name", "fill_u8", "fill_u8", "missing", None, 5, good=2),
+    )
+    add(
+        "ObjectCode.from_ptx",
+        None,
+        lambda data, name: R.ObjectCode.from_ptx(data, name=name).lowered_name("fill_u8"),
+        _v("module", image, b"", None, 5, good=2),
+        _v("name", "", "kernels", None, good=2),
+    )
+    program_cache = R.ProgramCache()  # repeated compilations come from memory
+    add(
+        "Program.compile",
+        None,
+        lambda code_type, target, names: R.Program(_TINY_CU, code_type, R.ProgramOptions(std="c++17")).compile(
+            target, names, cache=program_cache
+        ),
+        _v("code_type", "c++", "c++", "fortran", None, good=2),
+        _v("target_type", "ptx", "ptx", "bogus", None, good=2),
+        _v("name_expressions", (), ("tiny<int>",), "tiny<int>", (5,), good=2),
+    )
+    add(
+        "Linker.link",
+        None,
+        lambda arch, target: R.Linker(_object_code(R, image()), options=R.LinkerOptions(arch=arch)).link(target),
+        _v("arch", "sm_90", None, "x", 5, good=1),
+        _v("target_type", "cubin", "bogus", None, good=1),
+    )
 
     # --- graphs: definitions -------------------------------------------------------------------
     add(

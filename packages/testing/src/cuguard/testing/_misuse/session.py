@@ -249,7 +249,7 @@ class Session:
         if slot.sim is None:
             major, minor = self.L.resources.Device(0).compute_capability
             program = self.L.resources.Program(KERNELS_CU, options=[f"-arch=sm_{major}{minor}"])
-            slot.image = program.compile("cubin")
+            slot.image = program.compile("cubin").code
 
     def stop(self) -> None:
         """Remove the drivers and hooks (after :meth:`finish`)."""

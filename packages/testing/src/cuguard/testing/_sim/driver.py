@@ -10,6 +10,7 @@ from typing import Any
 
 from cuguard.errors import flush_deferred, use_driver
 from cuguard.testing._sim.graphs import SimGraphs
+from cuguard.testing._sim.launches import SimLaunches
 from cuguard.testing._sim.queries import SimQueries
 
 __all__ = [
@@ -26,7 +27,7 @@ SIM_DEVICES_VARIABLE = "CUGUARD_SIM_DEVICES"
 SIM_STAND_INS_VARIABLE = "CUGUARD_SIM_STAND_INS"
 
 
-class SimulatedDriver(SimGraphs, SimQueries):
+class SimulatedDriver(SimGraphs, SimLaunches, SimQueries):
     """A CPU-only CUDA driver with the functions of ``cuda.bindings.driver``.
 
     Every driver function has the name, parameters and return convention of

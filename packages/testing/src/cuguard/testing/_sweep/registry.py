@@ -195,6 +195,49 @@ def with_module(env: Env) -> SimpleNamespace:
     return s
 
 
+def with_object_code(env: Env) -> SimpleNamespace:
+    """An ObjectCode of the kernels, with device 0 current (ObjectCode.get_kernel loads into it)."""
+    s = with_buffers(env)
+    image = env.image
+    objects = env.resources.ObjectCode
+    s.code = objects.from_cubin(image) if env.real else objects.from_ptx(image)
+    previous = s.dev.set_current()
+    env.own(lambda: previous.set_current() if previous is not None else None)
+    return s
+
+
+def _extended_launch(extra: dict[str, Any]) -> Callable[[Env, Any], Any]:
+    def op(env: Env, s: Any) -> Any:
+        config = env.resources.LaunchConfig(grid=1, block=SIZE, **extra)
+        return env.resources.launch(s.stream, config, s.kernel, s.buf, 5, SIZE)
+
+    return op
+
+
+def _kernel_attribute(attribute: str) -> Callable[[Env, Any], Any]:
+    return lambda env, s: getattr(s.kernel.attributes, attribute)()
+
+
+_KERNEL_ATTRIBUTES = (
+    "max_threads_per_block",
+    "shared_size_bytes",
+    "const_size_bytes",
+    "local_size_bytes",
+    "num_regs",
+    "ptx_version",
+    "binary_version",
+    "cache_mode_ca",
+    "max_dynamic_shared_size_bytes",
+    "preferred_shared_memory_carveout",
+    "cluster_size_must_be_set",
+    "required_cluster_width",
+    "required_cluster_height",
+    "required_cluster_depth",
+    "non_portable_cluster_size_allowed",
+    "cluster_scheduling_policy_preference",
+)
+
+
 # A binary image for the simulator: its kernel's parameter list comes from the driver
 # (cuFuncGetParamInfo), as for a cubin on a real GPU.
 FAKE_CUBIN = b"\x7fELF\x02cuguard sweep image\x00"
@@ -444,6 +487,31 @@ def _build() -> list[Scenario]:
     )
     add(R + "Device.allocate_pinned", dev_only, lambda e, s: e.own(_pinned(e, s)), probe=_ctx_probe)
     add(R + "Device.load_module", dev_only, lambda e, s: e.own(s.dev.load_module(e.image)), probe=_ctx_probe)
+    add(
+        R + "Device()[current]",
+        dev_only,
+        lambda e, s: e.resources.Device(),
+        covers=(R + "Device()",),
+    )
+    add(R + "Device.properties", dev_fresh, lambda e, s: s.dev.properties.multiprocessor_count)
+    add(R + "Device.arch", dev_fresh, lambda e, s: s.dev.arch)
+    add(R + "Device.uuid", dev_fresh, lambda e, s: s.dev.uuid)
+    add(R + "Device.memory_info", dev_only, lambda e, s: s.dev.memory_info, probe=_ctx_probe)
+    add(R + "Device.default_stream", dev_fresh, lambda e, s: e.own(s.dev.default_stream), probe=_ctx_probe)
+    add(
+        R + "Device.create_stream[obj]",
+        with_stream,
+        lambda e, s: s.dev.create_stream(_Foreign(s.stream)),
+        covers=(R + "Device.create_stream",),
+        probe=_stream_probe,
+    )
+    add(
+        R + "Device.create_event[timing]",
+        dev_only,
+        lambda e, s: e.own(s.dev.create_event(timing=True)),
+        covers=(R + "Device.create_event",),
+        probe=_ctx_probe,
+    )
 
     # --- resources: streams ----------------------------------------------------------------
     add(
@@ -526,6 +594,32 @@ def _build() -> list[Scenario]:
         probe=lambda e, s: (s.obj.close(), _stream_probe(e, s)),
     )
     add(
+        R + "Buffer.close[on stream]",
+        _with_other_ctx_resource(lambda e, s: s.dev.allocate(SIZE)),
+        lambda e, s: s.obj.close(s.stream),
+        covers=(R + "Buffer.close",),
+        releases=True,
+        probe=lambda e, s: (s.obj.close(), _stream_probe(e, s)),
+    )
+    add(
+        R + "Buffer.from_handle",
+        with_buffers,
+        lambda e, s: e.resources.Buffer.from_handle(s.buf.ptr, SIZE, owner=s.buf).close(),
+        probe=_buf_probe,
+    )
+    add(
+        R + "Buffer.from_dlpack",
+        with_buffers,
+        lambda e, s: e.resources.Buffer.from_dlpack(s.buf, stream=s.stream).close(),
+        probe=_buf_probe,
+    )
+    add(
+        R + "Buffer.from_cuda_array_interface",
+        _with_other_ctx_resource(lambda e, s: s.dev.allocate(SIZE, s.stream)),
+        lambda e, s: e.resources.Buffer.from_cuda_array_interface(s.obj).close(),
+        probe=_stream_probe,
+    )
+    add(
         R + "Buffer.close[stream closed]",
         _closed_stream_buffer,
         lambda e, s: s.obj.close(),
@@ -604,6 +698,59 @@ def _build() -> list[Scenario]:
         with_module,
         lambda e, s: e.resources.launch(s.stream, s.config, s.kernel, s.buf, 5, SIZE),
         probe=lambda e, s: (e.resources.launch(s.stream, s.config, s.kernel, s.buf, 5, SIZE), s.stream.sync()),
+    )
+    for variant, extra in (("cluster", {"cluster": 2}), ("cooperative", {"cooperative_launch": True})):
+        add(
+            f"{R}launch[{variant}]",
+            with_module,
+            _extended_launch(extra),
+            covers=(R + "launch",),
+            probe=lambda e, s: (e.resources.launch(s.stream, s.config, s.kernel, s.buf, 5, SIZE), s.stream.sync()),
+        )
+    for attribute in _KERNEL_ATTRIBUTES:
+        add(
+            f"{R}KernelAttributes.{attribute}",
+            with_module,
+            _kernel_attribute(attribute),
+            probe=lambda e, s: s.kernel.attributes.num_regs(),
+        )
+    add(
+        R + "KernelOccupancy.max_active_blocks_per_multiprocessor",
+        with_module,
+        lambda e, s: s.kernel.occupancy.max_active_blocks_per_multiprocessor(SIZE, 0),
+        probe=lambda e, s: s.kernel.occupancy.max_active_blocks_per_multiprocessor(SIZE, 0),
+    )
+    add(
+        R + "KernelOccupancy.available_dynamic_shared_memory_per_block",
+        with_module,
+        lambda e, s: s.kernel.occupancy.available_dynamic_shared_memory_per_block(2, SIZE),
+        probe=lambda e, s: s.kernel.occupancy.available_dynamic_shared_memory_per_block(2, SIZE),
+    )
+    add(
+        R + "KernelOccupancy.max_active_clusters",
+        with_module,
+        lambda e, s: s.kernel.occupancy.max_active_clusters(
+            e.resources.LaunchConfig(grid=1, cluster=2, block=SIZE), s.stream
+        ),
+        probe=lambda e, s: s.kernel.occupancy.max_potential_block_size(0, 0),
+    )
+    add(
+        R + "KernelOccupancy.max_potential_cluster_size",
+        with_module,
+        lambda e, s: s.kernel.occupancy.max_potential_cluster_size(e.resources.LaunchConfig(grid=1, block=SIZE)),
+        probe=lambda e, s: s.kernel.occupancy.max_potential_block_size(0, 0),
+    )
+    add(
+        R + "KernelOccupancy.max_potential_block_size",
+        with_module,
+        lambda e, s: s.kernel.occupancy.max_potential_block_size(0, 0),
+        probe=lambda e, s: s.kernel.occupancy.max_potential_block_size(0, 0),
+    )
+    add(
+        R + "ObjectCode.get_kernel",
+        with_object_code,
+        lambda e, s: s.code.get_kernel("fill_u8"),
+        probe=lambda e, s: s.code.get_kernel("fill_u8"),
     )
 
     # --- graphs: definitions -----------------------------------------------------------------
@@ -821,7 +968,42 @@ NO_DRIVER_CALL: dict[str, str] = {
     "resources.wait_attributed": "one cuStreamSynchronize, swept through launch with attribution on",
     "resources.Program": "NVRTC compiler, not the CUDA driver (no driver call)",
     "resources.link": "nvJitLink, not the CUDA driver (no driver call)",
+    "resources.ProgramOptions()": "validates and stores compiler options: no driver call",
+    "resources.ProgramOptions.as_options": "formats compiler options: no driver call",
+    "resources.ProgramCache()": "an in-memory (and file) cache of compiled images: no driver call",
+    "resources.ProgramCache.key": "hashes the program's code and options: no driver call",
+    "resources.ProgramCache.get": "reads the cache: no driver call",
+    "resources.ProgramCache.put": "writes the cache: no driver call",
+    "resources.ProgramCache.clear": "empties the in-memory cache: no driver call",
+    "resources.Linker()": "validates its inputs; nvJitLink, not the CUDA driver (no driver call)",
+    "resources.Linker.link": "nvJitLink, not the CUDA driver (no driver call)",
+    "resources.Linker.backend": "a constant: no driver call",
+    "resources.Linker.close": "nothing to release: no driver call",
+    "resources.Linker.get_error_log": "returns the last link's log: no driver call",
+    "resources.Linker.get_info_log": "returns the last link's log: no driver call",
+    "resources.LinkerOptions()": "validates and stores linker options: no driver call",
+    "resources.LinkerOptions.as_options": "formats linker options: no driver call",
+    "resources.ObjectCode()": "refused with TypeError naming the factories (O1)",
+    "resources.ObjectCode.from_cubin": "wraps bytes (or reads a file): no driver call",
+    "resources.ObjectCode.from_ptx": "wraps bytes (or reads a file): no driver call",
+    "resources.ObjectCode.from_ltoir": "wraps bytes (or reads a file): no driver call",
+    "resources.ObjectCode.from_fatbin": "wraps bytes (or reads a file): no driver call",
+    "resources.ObjectCode.code": _NO_CALL_RESOURCE,
+    "resources.ObjectCode.code_type": _NO_CALL_RESOURCE,
+    "resources.ObjectCode.name": _NO_CALL_RESOURCE,
+    "resources.ObjectCode.symbol_mapping": _NO_CALL_RESOURCE,
+    "resources.ObjectCode.lowered_name": "looks up the recorded lowered names: no driver call",
+    "resources.KernelAttributes()": "made by Kernel.attributes; its methods are swept",
+    "resources.KernelOccupancy()": "made by Kernel.occupancy; its methods are swept",
+    "resources.MaxPotentialBlockSizeOccupancyResult()": "a named tuple of two ints: no driver call",
+    "resources.MaxPotentialBlockSizeOccupancyResult.min_grid_size": "a named tuple field: no driver call",
+    "resources.MaxPotentialBlockSizeOccupancyResult.max_block_size": "a named tuple field: no driver call",
+    "resources.MaxPotentialBlockSizeOccupancyResult.count": "tuple method: no driver call",
+    "resources.MaxPotentialBlockSizeOccupancyResult.index": "tuple method: no driver call",
     "resources.PinnedBuffer.numpy": "a NumPy view over host memory: no driver call",
+    "resources.DeviceProperties()": "refused with TypeError: use Device.properties (swept through it)",
+    "resources.MemoryInfo": "a record of free and total bytes (Device.memory_info is swept): no driver call",
+    "resources.Buffer.owned": _NO_CALL_RESOURCE,
     "graphs.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
     "testing.run_misuse_sweep": "runs the misuse sweep (B6) on drivers of its own; swept by running it, not here",
     "testing.MisuseResult": "a record of what the misuse sweep found: no driver call",

@@ -230,7 +230,8 @@ class _Runtime:
             context = importlib.import_module("cuguard.context")
             self._device = resources.Device(0)
             major, minor = self._device.compute_capability
-            self.image = resources.Program(registry.KERNELS_CU, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+            program = resources.Program(registry.KERNELS_CU, options=[f"-arch=sm_{major}{minor}"])
+            self.image = program.compile("cubin").code
             self._other = context.Context.create(0)
             self._stack.callback(self._other.close)
         return self
