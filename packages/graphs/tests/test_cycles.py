@@ -61,3 +61,20 @@ def test_a_kernel_node_refuses_launch_settings_it_cannot_carry(dev: Device, modu
             with record_calls() as log, pytest.raises(ValueError, match="cluster or cooperative"):
                 g.launch(config, kernel, buf, 1, 16)
             assert "cuGraphAddKernelNode" not in [c.name for c in log]
+
+
+@pytest.mark.contract("S2")
+def test_a_graph_whose_module_or_event_was_closed_refuses_to_launch(dev: Device, module: Any) -> None:
+    from cuguard.errors import ResourceClosedError
+    from cuguard.resources import LaunchConfig
+
+    event = dev.create_event()
+    with GraphDefinition(dev) as g, dev.allocate(64) as buf, dev.create_stream() as stream:
+        g.launch(LaunchConfig(1, 16), module.get_kernel("fill_u32"), buf, 1, 16).record(event)
+        with g.instantiate() as graph:
+            graph.launch(stream)
+            stream.sync()
+            event.close()
+            with record_calls() as log, pytest.raises(ResourceClosedError, match="was closed"):
+                graph.launch(stream)
+            assert "cuGraphLaunch" not in [c.name for c in log]

@@ -228,7 +228,11 @@ class Context(Unique):
             raise TypeError(f"handle must be a CUcontext or an int, not {type(handle).__name__}")
         if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
             raise TypeError(f"device must be an int or None, not {type(device).__name__}")
-        if int(handle) == 0:
+        try:
+            value = int(handle)
+        except (TypeError, ValueError):  # an __int__ that refuses (a NumPy array of several items...)
+            raise TypeError(f"handle must be a CUcontext or an int, not {type(handle).__name__}") from None
+        if value == 0:
             raise ValueError("cannot wrap a null CUcontext")
         return cls._make(handle, device, "foreign")
 

@@ -41,6 +41,7 @@ from cuguard.resources import (
     Event,
     Kernel,
     LaunchConfig,
+    Module,
     PinnedBuffer,
     Stream,
     as_stream,
@@ -639,6 +640,14 @@ def _path(successors: dict[Node, list[Node]], start: Node, goal: Node) -> list[N
     return None
 
 
+def _released_with_close(owners: dict[int, object]) -> tuple[Any, ...]:
+    """What an executable graph uses whose ``close()`` releases it at once: its modules and events.
+
+    (Memory closed while a graph uses it stays allocated until the graph goes, W5.)
+    """
+    return tuple(o for o in owners.values() if type(o) is Module or type(o) is Event)
+
+
 def _ordinal_of(device: Device | int) -> int:
     if isinstance(device, Device):
         device._check_driver()  # a Device of a driver that is not installed is refused (O3)
@@ -1215,6 +1224,7 @@ class GraphDefinition(_Collected):
         """
         if not isinstance(dst, Buffer):
             raise TypeError(f"dst must be a Buffer, not {type(dst).__name__}")
+        deps = self._deps(deps)  # kinds before values (E3)
         if element_size not in (1, 2, 4):
             raise ValueError(f"element_size must be 1, 2 or 4, not {element_size!r}")
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << (8 * element_size):
@@ -1262,6 +1272,7 @@ class GraphDefinition(_Collected):
         for name, obj in (("dst", dst), ("src", src)):
             if not isinstance(obj, Buffer | PinnedBuffer):
                 raise TypeError(f"{name} must be a Buffer or PinnedBuffer, not {type(obj).__name__}")
+        deps = self._deps(deps)  # kinds before values (E3)
         nbytes = min(dst.size, src.size) if size is None else _size_arg(size)
         if nbytes == 0 or nbytes > dst.size or nbytes > src.size:
             raise ValueError(f"size {nbytes} must be 1..{min(dst.size, src.size)} bytes")
@@ -1659,7 +1670,17 @@ class Graph(_Collected):
     closed. :meth:`close` (or ``with``, or garbage collection) destroys it.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_context", "_driver", "_handle", "_int", "_owners", "_signature")
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_context",
+        "_driver",
+        "_handle",
+        "_int",
+        "_owners",
+        "_released_with_close",
+        "_signature",
+    )
 
     _handle: Any
     _int: int
@@ -1687,6 +1708,7 @@ class Graph(_Collected):
         self._closed = False
         self._context = context
         self._owners = owners
+        self._released_with_close = _released_with_close(owners)
         self._signature = signature
         return self
 
@@ -1717,6 +1739,11 @@ class Graph(_Collected):
     def launch(self, stream: Stream) -> None:
         """Queue one run of the graph on ``stream``; raises :class:`~cuguard.errors.CUDAError` if refused.
 
+        Raises ``ResourceClosedError`` before the driver when a module or event
+        its nodes use was closed since (the run would reach an unloaded module
+        or a destroyed event; memory closed meanwhile stays allocated for the
+        graph, W5).
+
         With fault attribution on (:func:`~cuguard.errors.attribute_faults`) it waits
         for the run, and a kernel fault inside it raises
         :class:`~cuguard.errors.StickyCUDAError` naming this launch.
@@ -1725,6 +1752,9 @@ class Graph(_Collected):
         if type(stream) is not Stream:
             stream = as_stream(stream)
         hstream = stream.handle  # checked before the driver is looked up (O3)
+        for owner in self._released_with_close:
+            if owner._closed:  # S2: its nodes would reach an unloaded module or a destroyed event
+                raise ResourceClosedError(f"{self!r} uses {owner!r}, which was closed: the graph cannot run any more")
         (err,) = driver.cuGraphLaunch(self._handle, hstream)
         if err:
             raise_status(err, "cuGraphLaunch")
@@ -1785,6 +1815,7 @@ class Graph(_Collected):
                 )
             raise_status(err, "cuGraphExecUpdate")
         self._signature = (kinds, edges)
+        self._released_with_close = _released_with_close(definition._owners)
 
     def close(self) -> None:
         """Destroy the executable graph now (``cuGraphExecDestroy``). Idempotent.

@@ -217,9 +217,9 @@ class Device:
         ``cuDeviceGetAttribute`` on first access and cached (a refusal raises
         :class:`~cuguard.errors.CUDAError` and caches nothing).
         """
+        self._check_driver()  # cached values too: a Device of a driver that is gone refuses use (O3)
         properties = self._properties
         if properties is None:
-            self._check_driver()
             properties = self._properties = DeviceProperties._make(self)
         return properties
 

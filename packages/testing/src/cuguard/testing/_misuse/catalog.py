@@ -378,7 +378,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         "Buffer.close[stream]",
         "Buffer",
         lambda b, s: b.close(s),
-        _p("stream", STREAM, "Stream"),
+        _p("stream", STREAM, "Stream", optional=True),  # None: the buffer's own stream, as close()
         idempotent_close=True,
         frees_memory=True,
     )
