@@ -329,7 +329,13 @@ def misuse(session: nox.Session) -> None:
     stop at the first failing example and shrink it). Fails on any violation.
     """
     wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
-    _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
+    _install_local(
+        session,
+        _closure(wanted),
+        BINDINGS[DEFAULT_BINDINGS_MAJOR],
+        *COMPILER_LIBRARIES[DEFAULT_BINDINGS_MAJOR],  # compile and link are explored too
+        *TEST_TOOLS,
+    )
     tmp = Path(session.create_tmp()).resolve()
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "misuse-sim.json"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from cuguard.errors import LibraryNotFoundError
 from cuguard.testing._misuse.model import SIZE, CallbackBoom
 
 __all__ = ["ANY", "CTX_HANDLE", "EDGE", "KERNEL_ARGS", "Op", "Param", "build_ops"]
@@ -532,6 +533,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _v("code_type", "c++", "c++", "fortran", None, good=2),
         _v("target_type", "ptx", "ptx", "bogus", None, good=2),
         _v("name_expressions", (), ("tiny<int>",), "tiny<int>", (5,), good=2),
+        extra_errors=(LibraryNotFoundError,),  # documented: NVRTC is not installed
     )
     add(
         "Linker.link",
@@ -539,6 +541,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         lambda arch, target: R.Linker(_object_code(R, image()), options=R.LinkerOptions(arch=arch)).link(target),
         _v("arch", "sm_90", None, "x", 5, good=1),
         _v("target_type", "cubin", "bogus", None, good=1),
+        extra_errors=(LibraryNotFoundError,),  # documented: nvJitLink is not installed
     )
 
     # --- graphs: definitions -------------------------------------------------------------------
