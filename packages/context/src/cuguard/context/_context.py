@@ -434,8 +434,12 @@ _contexts: weakref.WeakValueDictionary[int, Context] = weakref.WeakValueDictiona
 _GONE = "contexts destroyed for good"  # driver_state() key: ints of contexts whose cuCtxDestroy succeeded
 
 
+_any_gone = [False]  # whether _record_gone ever ran, for any driver
+
+
 def _record_gone(value: int) -> None:
     """The driver destroyed context ``value``: nothing may switch to it again, a restore included (S2)."""
+    _any_gone[0] = True
     state = driver_state()
     gone = state.get(_GONE)
     if gone is None:
@@ -610,7 +614,7 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
         raise_status(err, "cuCtxGetCurrent")
     if int(previous) == context._int:
         return op(*args)
-    if driver_state().get(_GONE):
+    if _any_gone[0]:  # one list read on the switch path until some context was ever destroyed
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
@@ -672,7 +676,7 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any, resource: tup
         return None
     if int(previous) == context._int:
         return op(*args)
-    if driver_state().get(_GONE):
+    if _any_gone[0]:  # one list read on the switch path until some context was ever destroyed
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:

@@ -131,14 +131,21 @@ class Buffer(Resource):
         """Synchronous allocation in ``context`` (stream-ordered ones are made by ``Device.allocate``)."""
         size = _size(size)
         handle = call_in(context, _alloc, _free, size)
+        return cls._made(handle, context, device, size)
+
+    @classmethod
+    def _made(
+        cls, handle: Any, context: Context, device: int, size: int, *, owned: bool = True, lender: object = None
+    ) -> Buffer:
+        """The object for memory that exists already (allocated here, or made elsewhere when not ``owned``)."""
         self = object.__new__(cls)
-        self._init(handle, context)
+        self._init(handle, context, owned)
         self._device = device
         self._size = size
         self._stream = None
         self._graph_used = False
         self._release_deferred = False
-        self._lender = None
+        self._lender = lender
         return self
 
     @classmethod
@@ -151,16 +158,9 @@ class Buffer(Resource):
             if isinstance(device, bool) or not isinstance(device, int):
                 raise wrong_kind("device", "a Device or a device ordinal", device)
             device = Device(device)
-        context = device.context
-        self = object.__new__(cls)
-        self._init(driver_types().CUdeviceptr(ptr), context, owned=False)
-        self._device = device.ordinal
-        self._size = size
-        self._stream = None
-        self._graph_used = False
-        self._release_deferred = False
-        self._lender = lender
-        return self
+        return cls._made(
+            driver_types().CUdeviceptr(ptr), device.context, device.ordinal, size, owned=False, lender=lender
+        )
 
     @classmethod
     def from_handle(cls, ptr: Any, size: int, *, device: Any = None, owner: object = None) -> Buffer:
