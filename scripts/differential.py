@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -467,6 +469,83 @@ def user_object_destructor_timing(d: Any) -> Obs:
         d.cuCtxSynchronize()
         after_exec = len(calls)
     return [after_graph, after_exec]
+
+
+@scenario
+def user_object_held_by_a_launch_in_flight(d: Any) -> Obs:
+    # Whether an executable graph destroyed while a launch of it is still queued (behind a host
+    # function that waits on a gate) keeps its user objects until that launch has run (W5: the
+    # memory and callbacks a graph uses must outlive every launch). Observed from the host
+    # function itself, which runs before the launch: how many destructors had run by then.
+    calls: list[str] = []
+    gate = threading.Event()
+    seen: list[int] = []
+    thunk = _HOSTFN(lambda _p: calls.append("destroyed"))
+    address = ctypes.cast(thunk, ctypes.c_void_p).value
+
+    def wait_then_look(_p: Any) -> None:
+        gate.wait(10)
+        seen.append(len(calls))
+
+    blocker = _HOSTFN(wait_then_look)
+    blocker_address = ctypes.cast(blocker, ctypes.c_void_p).value
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(address), 1, 1))
+        g, _ = _graph_with(d, 1)
+        d.cuGraphRetainUserObject(g, obj, 1, 1)  # move our reference into the graph
+        exe = ok(d.cuGraphInstantiate(g, 0))
+        d.cuGraphDestroy(g)
+        out = [name(d.cuLaunchHostFunc(s, B.CUhostFn(blocker_address), 0)[0])]
+        out.append(name(d.cuGraphLaunch(exe, s)[0]))
+        out.append(name(d.cuGraphExecDestroy(exe)[0]))
+        out.append(len(calls))  # right after the destroy, the launch still queued
+        time.sleep(0.2)  # a destructor the driver runs on its own thread has had time to run
+        out.append(len(calls))
+        gate.set()
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        out.append(seen)
+        d.cuCtxSynchronize()
+        out.append(len(calls))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def user_object_held_while_its_host_node_runs(d: Any) -> Obs:
+    # As above, with the waiting host function a host node of the graph itself.
+    calls: list[str] = []
+    gate = threading.Event()
+    seen: list[int] = []
+    thunk = _HOSTFN(lambda _p: calls.append("destroyed"))
+    address = ctypes.cast(thunk, ctypes.c_void_p).value
+
+    def wait_then_look(_p: Any) -> None:
+        gate.wait(10)
+        seen.append(len(calls))
+
+    blocker = _HOSTFN(wait_then_look)
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(address), 1, 1))
+        g = ok(d.cuGraphCreate(0))
+        params = B.CUDA_HOST_NODE_PARAMS()
+        params.fn = B.CUhostFn(ctypes.cast(blocker, ctypes.c_void_p).value)
+        params.userData = 0
+        ok(d.cuGraphAddHostNode(g, None, 0, params))
+        d.cuGraphRetainUserObject(g, obj, 1, 1)
+        exe = ok(d.cuGraphInstantiate(g, 0))
+        d.cuGraphDestroy(g)
+        out = [name(d.cuGraphLaunch(exe, s)[0]), name(d.cuGraphExecDestroy(exe)[0]), len(calls)]
+        time.sleep(0.2)
+        out.append(len(calls))
+        gate.set()
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        out.append(seen)
+        d.cuCtxSynchronize()
+        out.append(len(calls))
+        d.cuStreamDestroy(s)
+    return out
 
 
 @scenario
@@ -968,9 +1047,11 @@ def binding_refusals(d: Any) -> Obs:
     return [_status_or_raise(call) for call in calls]
 
 
-def run_all(driver: Any, devices: int) -> dict[str, Any]:
+def run_all(driver: Any, devices: int, only: str | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for key, fn in SCENARIOS.items():
+        if only is not None and key != only:
+            continue
         if key in TWO_DEVICE and devices < 2:
             results[key] = "skipped: needs two devices"
             continue
@@ -981,11 +1062,45 @@ def run_all(driver: Any, devices: int) -> dict[str, Any]:
     return results
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as JSON gives it back (tuples become lists), so both sides compare alike."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def run_real_isolated(devices: int) -> dict[str, Any]:
+    """Each scenario on the real driver in a process of its own: a crash is counted, not fatal."""
+    results: dict[str, Any] = {}
+    for key in SCENARIOS:
+        if key in TWO_DEVICE and devices < 2:
+            results[key] = "skipped: needs two devices"
+            continue
+        try:
+            done = subprocess.run(
+                [sys.executable, __file__, "--real-one", key], capture_output=True, text=True, timeout=120, check=False
+            )
+        except subprocess.TimeoutExpired:
+            results[key] = {"error": "timed out after 120 s"}
+            continue
+        if done.returncode != 0:
+            how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+            results[key] = {"error": f"the scenario's process ended: {how}", "stderr": done.stderr[-2000:]}
+            continue
+        results[key] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"ran {key}", flush=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", default=None)
     parser.add_argument("--sim-only", action="store_true")
+    parser.add_argument("--real-one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.real_one is not None:  # one scenario on the real driver, its result as JSON on stdout
+        B.cuInit(0)
+        one = run_all(B, int(ok(B.cuDeviceGetCount())), only=args.real_one)[args.real_one]
+        print(json.dumps(_plain(one)))
+        return 0
 
     # The simulator gets as many devices as the real machine has (two without one).
     devices = 2
@@ -994,10 +1109,10 @@ def main() -> int:
         devices = int(ok(B.cuDeviceGetCount()))
     sim = SimulatedDriver(devices=devices)
     sim.cuInit(0)
-    sim_results = run_all(sim, devices)
+    sim_results = {key: _plain(value) for key, value in run_all(sim, devices).items()}
     real_results: dict[str, Any] | None = None
     if not args.sim_only:
-        real_results = run_all(B, devices)
+        real_results = run_real_isolated(devices)
     rows = []
     agree = 0
     skipped = 0

@@ -226,3 +226,37 @@ def test_memory_for_a_float_parameter_is_refused_on_the_fast_path_too(device: De
                 launch(stream, LaunchConfig(1, 1), kernel, *args)
             assert "cuLaunchKernel" not in [c.name for c in log]
         stream.sync()
+
+
+@pytest.mark.contract("E3")
+def test_a_driver_without_cuFuncGetParamCount_still_gives_the_parameter_list(cuguard_driver: Any) -> None:
+    # A CUDA 13.0 driver under newer cuda-bindings: the bindings have cuFuncGetParamCount and
+    # the driver library does not (the bindings raise RuntimeError, as the H200's driver did).
+    if not isinstance(cuguard_driver, SimulatedDriver):
+        pytest.skip("the real driver has the entry point or not; this chooses the case on the simulator")
+    from cuguard.testing import simulated_driver
+
+    image = Program(MIXED_CU, options=["-arch=sm_90"]).compile("cubin")
+    with simulated_driver(1, missing_entry_points=("cuFuncGetParamCount",)):
+        device = Device(0)
+        module = device.load_module(image)
+        try:
+            with record_calls() as log:
+                kernel = module.get_kernel("mixed")
+                params = kernel.parameters
+            assert params is not None
+            assert [p.size for p in params] == [8, 4, 8, 4, 1, 8, 8]
+            assert [p.offset for p in params] == [0, 8, 16, 24, 28, 32, 40]
+            names = [c.name for c in log]
+            # Asked for each parameter, then past the last one twice: the end of the list is confirmed.
+            assert names.count("cuFuncGetParamInfo") == 7 + 2, names
+            stream = device.create_stream()
+            out = device.allocate(7 * 8)
+            try:
+                with pytest.raises(TypeError, match="takes 7 arguments"):
+                    launch(stream, LaunchConfig(1, 1), kernel, out)
+            finally:
+                out.close()
+                stream.close()
+        finally:
+            module.close()

@@ -58,10 +58,14 @@ def test_d_on_the_simulator(sim):
 
 
 @pytest.mark.contract("E5", "B3")
-def test_the_faulting_test_fails_and_later_real_driver_tests_are_errors_naming_it(pytester: pytest.Pytester) -> None:
+def test_the_faulting_test_fails_and_later_real_driver_tests_are_errors_naming_it(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
     pytester.makeconftest(textwrap.dedent(CONFTEST))
     pytester.makepyfile(test_sticky_project=textwrap.dedent(TESTS))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--cuguard-driver=real", "-rA")
+    # Installed, the plugin loads through its entry point; from a source tree it needs -p.
+    load = [] if request.config.pluginmanager.has_plugin("cuguard") else ["-p", "cuguard.testing.plugin"]
+    result = pytester.runpytest_subprocess(*load, "-p", "no:cacheprovider", "--cuguard-driver=real", "-rA")
     text = result.stdout.str()
     summary = text.split("short test summary info")[-1]
     # a: passes (the plan's sticky status was made up, and ends with the plan)

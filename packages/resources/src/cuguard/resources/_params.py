@@ -107,8 +107,8 @@ _UNKNOWN = frozenset({801, 500})  # CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_FOU
 def query_signature(function: Any, name: str) -> tuple[KernelParameter, ...] | None:
     """The parameter list the driver reports for ``function`` (offsets and sizes), or ``None``.
 
-    With ``cuFuncGetParamCount`` (cuda-bindings 13): the count, then each
-    parameter. With cuda-bindings 12 there is no count: parameters are asked
+    With ``cuFuncGetParamCount`` (cuda-bindings 13 over a driver that has it): the count, then each
+    parameter. Without it (cuda-bindings 12, or a CUDA 13.0 driver) there is no count: parameters are asked
     for until the driver answers ``CUDA_ERROR_INVALID_VALUE``, its answer for an
     index past the last one, twice (a failure that does not repeat is raised). ``None`` when the driver cannot say (no
     ``cuFuncGetParamInfo``, which needs driver 12.4 and cuda-bindings 12.4 or
@@ -125,7 +125,13 @@ def query_signature(function: Any, name: str) -> tuple[KernelParameter, ...] | N
         count_of = None
     count: int | None = None
     if count_of is not None:
-        err, total = count_of(function)
+        try:
+            err, total = count_of(function)
+        except RuntimeError:
+            # The bindings have the function and the driver library does not (a CUDA 13.0
+            # driver under newer bindings): ask for parameters until the end of the list.
+            count_of = None
+    if count_of is not None:
         if err:
             if int(err) in _UNKNOWN:
                 return None
@@ -133,7 +139,10 @@ def query_signature(function: Any, name: str) -> tuple[KernelParameter, ...] | N
         count = int(total)
     params: list[KernelParameter] = []
     while count is None or len(params) < count:
-        err, offset, size = get(function, len(params))
+        try:
+            err, offset, size = get(function, len(params))
+        except RuntimeError:
+            return None  # the driver library predates cuFuncGetParamInfo (CUDA 12.4)
         if err:
             code = int(err)
             if count is None and code == _END_OF_LIST:

@@ -585,6 +585,12 @@ _INPUT_KINDS = {
 
 def _link(inputs: list[tuple[bytes, str]], opts: list[str], target: str) -> tuple[bytes, str, str]:
     nvjitlink = _nvjitlink()
+    size_fn = getattr(nvjitlink, f"get_linked_{target}_size", None)
+    get_fn = getattr(nvjitlink, f"get_linked_{target}", None)
+    if size_fn is None or get_fn is None:  # older cuda-bindings have no LTO-IR output, for one
+        raise ValueError(
+            f"linking to {target!r} needs a newer cuda-bindings: its nvJitLink module has no get_linked_{target}"
+        )
     try:
         handle = nvjitlink.create(len(opts), opts)
     except nvjitlink.nvJitLinkError as exc:
@@ -602,11 +608,6 @@ def _link(inputs: list[tuple[bytes, str]], opts: list[str], target: str) -> tupl
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:
             raise NVJitLinkError(int(exc.status), "nvJitLinkComplete", log=_jit_log(nvjitlink, handle)) from None
-        size_fn, get_fn = {
-            "cubin": (nvjitlink.get_linked_cubin_size, nvjitlink.get_linked_cubin),
-            "ptx": (nvjitlink.get_linked_ptx_size, nvjitlink.get_linked_ptx),
-            "ltoir": (nvjitlink.get_linked_ltoir_size, nvjitlink.get_linked_ltoir),
-        }[target]
         out = bytearray(size_fn(handle))
         get_fn(handle, out)
         error_log = _jit_log(nvjitlink, handle)

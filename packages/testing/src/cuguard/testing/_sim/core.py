@@ -13,7 +13,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
 from cuda.bindings import driver as cb
@@ -434,15 +434,21 @@ class SimCore:
         *,
         destructors_on_driver_thread: bool = False,
         initialized: bool = False,
+        missing_entry_points: Iterable[str] = (),
     ) -> None:
         if devices < 0:
             raise ValueError("devices must be >= 0")
+        if isinstance(missing_entry_points, str):
+            raise TypeError("missing_entry_points must be an iterable of driver function names, not a str")
+        #: Driver functions this driver library lacks although the bindings have them (an older
+        #: driver than the bindings): cuda-bindings raises ``RuntimeError`` for each.
+        self._missing = frozenset(missing_entry_points)
         self._lock = threading.RLock()
         self._tls = threading.local()
         self._initialized = initialized
         self._poison: Any = None
         self._pending_fault: Any = None  # a kernel fault not yet surfaced (see SYNCHRONIZING_CALLS)
-        self._gated = not initialized
+        self._gated = not initialized or bool(self._missing)
         self._worker = Worker("cuguard-sim-driver")
         self._destructors_on_driver_thread = destructors_on_driver_thread
         self._memory_per_device = memory_per_device
@@ -493,6 +499,9 @@ class SimCore:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _gate_code(self, name: str) -> Any:
+        if name in self._missing:
+            # What cuda-bindings does when the driver library has no entry point of that name.
+            raise RuntimeError(f'Function "{name}" not found')
         if not self._initialized and name not in PRE_INIT_CALLS:
             return R.CUDA_ERROR_NOT_INITIALIZED
         pending = self._pending_fault
@@ -508,7 +517,9 @@ class SimCore:
         return None
 
     def _regate(self) -> None:
-        self._gated = not self._initialized or self._poison is not None or self._pending_fault is not None
+        self._gated = (
+            not self._initialized or self._poison is not None or self._pending_fault is not None or bool(self._missing)
+        )
 
     def _handle(self) -> int:
         return next(_handle_counter)

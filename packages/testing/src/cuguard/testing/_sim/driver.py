@@ -56,7 +56,11 @@ class SimulatedDriver(SimGraphs, SimLaunches, SimQueries):
     until a synchronization retires it. User-object destructors run on the
     releasing thread (as observed) or, with
     ``destructors_on_driver_thread=True``, on the driver thread. With
-    ``initialized=True`` no ``cuInit`` is needed. Thread-safe.
+    ``initialized=True`` no ``cuInit`` is needed. ``missing_entry_points``
+    names driver functions that this driver lacks although the bindings have
+    them (a driver older than the bindings, such as a CUDA 13.0 driver under
+    cuda-bindings 13.1 or newer, which has no ``cuFuncGetParamCount``): each
+    raises ``RuntimeError`` as cuda-bindings does. Thread-safe.
     """
 
     def __repr__(self) -> str:
