@@ -617,7 +617,11 @@ def test_resources_of_a_destroyed_context_refuse_use_and_close_says_leaked(
         ):
             with pytest.raises(ResourceClosedError):
                 use()
-        wrapped.close()  # a wrapper owns nothing: closing it is fine
+        body = ValueError("the body's error")
+        assert not wrapped.__exit__(ValueError, body, None)  # a wrapper owns nothing: closing it is fine,
+        assert not getattr(body, "__notes__", [])  # nothing was refused or leaked, so nothing is noted
+        assert wrapped.closed
+        wrapped.close()
     assert log == []  # nothing reached the driver: nothing used or switched to the destroyed context
     _clean(cuguard_driver)
 

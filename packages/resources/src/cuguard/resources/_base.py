@@ -160,7 +160,8 @@ class Resource(Unique):
         If the release fails, raises :class:`~cuguard.errors.CUDAError`; the
         object is then leaked on purpose (never released a second time). If
         its context was destroyed, nothing is released (that would crash the
-        driver), and ``RuntimeError`` says the object was leaked.
+        driver), and :class:`~cuguard.errors.ResourceClosedError` says the object
+        was leaked (a wrapper, which owns nothing, is closed quietly).
         """
         if self._closed:
             return

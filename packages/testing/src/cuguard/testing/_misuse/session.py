@@ -491,6 +491,8 @@ class Session:
                 **kw,
             )
             if op.exit:
+                if exit_why is not None and exit_why[0] == "destroyed" and getattr(recv, "_owned", True) is False:
+                    exit_why = None  # a wrapper of a destroyed context owns nothing: closed quietly, as documented
                 self._check_exit(name, exit_label, exit_why, outcome)
             if outcome.fault_fired and recv is not None and getattr(recv, "_handle", None) is not None:
                 # a close that failed under the fault leaked the object on purpose (W5); __exit__ says nothing
