@@ -632,6 +632,51 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
     return result
 
 
+def call_switched(
+    context: Context, previous: Any, fn: Callable[..., Any], call: str, undo: Callable[[Any], object], *args: Any
+) -> Any:
+    """:func:`call_in`'s switch path for one creating driver call, inlined for the hot paths.
+
+    For a caller that has just read the current context (``previous``, a
+    handle or an int) and found it is not the open ``context``: switch in
+    with one ``cuCtxSetCurrent``, make the driver call ``fn(*args) -> (status,
+    value)`` (``call`` is its name), restore ``previous`` with one call, and
+    return ``value``. The driver calls and every failure are exactly
+    :func:`call_in`'s: a refused switch raises (nothing ran); a failed call
+    raises its :class:`~cuguard.errors.CUDAError` after the restore, a failed
+    restore being a note on it (G4); a failed restore after a successful call
+    runs ``undo(value)`` while ``context`` is still current and raises the C2
+    error. Nothing is retried.
+    """
+    if _any_gone[0]:  # one list read on the switch path until some context was ever destroyed
+        previous = _restorable(previous)
+    (err,) = driver.cuCtxSetCurrent(context._handle)
+    if err:
+        raise_status(err, "cuCtxSetCurrent")
+    try:
+        err, value = fn(*args)
+    except BaseException as exc:  # the bindings refused an argument: restore, as call_in does
+        (rerr,) = driver.cuguardRestoreContext(previous)
+        if rerr:
+            add_failure_note(exc, _restore_error(rerr, previous))
+        raise
+    (rerr,) = driver.cuguardRestoreContext(previous)
+    if err or rerr:
+        _switched_failed(err, rerr, value, previous, context, call=call, undo=undo)
+    return value
+
+
+def _switched_failed(
+    err: Any, rerr: Any, value: Any, previous: Any, context: Context, *, call: str, undo: Callable[[Any], object]
+) -> None:
+    if err:
+        error = CUDAError(err, call)
+        if rerr:
+            add_failure_note(error, _restore_error(rerr, previous))
+        raise error
+    _fail_restore(rerr, previous, context, value, undo)
+
+
 def _fail_restore(err: Any, previous: Any, context: Context, result: Any, undo: Callable[[Any], object] | None) -> None:
     error = _restore_error(err, previous)
     if undo is not None:

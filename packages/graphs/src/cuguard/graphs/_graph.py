@@ -48,6 +48,7 @@ from cuguard.resources import (
     pack_args,
     wait_attributed,
 )
+from cuguard.resources._fast import follow_fastpath
 
 __all__ = ["Graph", "GraphDefinition", "GraphUpdateError", "Node"]
 
@@ -130,11 +131,11 @@ class Node(Unique):
     ``Node`` per driver node.
     """
 
-    __slots__ = ("__weakref__", "_graph", "_handle", "_info", "_int", "_kind", "_order", "_state")
+    __slots__ = ("__weakref__", "_graph", "_handle", "_info", "_key", "_kind", "_order", "_state")
 
     _graph: GraphDefinition
     _handle: Any
-    _int: int
+    _key: int  # int(handle), computed when first needed (the hot builders leave it unset)
     _kind: str
     _order: int
     _state: int
@@ -148,12 +149,21 @@ class Node(Unique):
         self = object.__new__(cls)
         self._graph = graph
         self._handle = handle
-        self._int = int(handle)
+        self._key = int(handle)
         self._kind = kind
         self._order = order
         self._state = _LIVE
         self._info = info
         return self
+
+    @property
+    def _int(self) -> int:
+        """The handle as an int (what the definition keys its nodes by), computed once."""
+        try:
+            return self._key
+        except AttributeError:  # made by a hot builder, which leaves it for later
+            key = self._key = int(self._handle)
+            return key
 
     # --- state ---
 
@@ -303,6 +313,7 @@ class Node(Unique):
             return
         self._graph._check_open()
         self._graph._check_no_memory_nodes("have nodes removed")
+        self._graph._settle()
         self._state = _DESTROYED
         self._graph._version += 1
         (err,) = driver.cuGraphDestroyNode(self._handle)
@@ -533,6 +544,18 @@ def _order(node: Node) -> int:
 
 
 _new_node = object.__new__
+_NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
+
+# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None.
+_fp: Any = None
+
+
+def _fastpath_changed(ops: Any) -> None:
+    global _fp
+    _fp = ops
+
+
+follow_fastpath(_fastpath_changed)
 
 
 # --- parameters of node kinds --------------------------------------------------------------
@@ -720,6 +743,7 @@ class GraphDefinition(_Collected):
         "_context",
         "_driver",
         "_found",
+        "_fresh",
         "_handle",
         "_int",
         "_next_order",
@@ -737,6 +761,7 @@ class GraphDefinition(_Collected):
     _closed: bool
     _context: Context | None
     _nodes: dict[int, Node]
+    _fresh: list[Node]  # nodes the hot builders made, not yet keyed in _nodes (see _settle)
     _owners: dict[int, object]
     _payload: bool
     _next_order: int
@@ -772,6 +797,7 @@ class GraphDefinition(_Collected):
         self._driver = driver_token()
         self._context = context
         self._nodes = {}
+        self._fresh = []
         self._owners = owners
         self._payload = False
         self._next_order = next_order
@@ -856,6 +882,8 @@ class GraphDefinition(_Collected):
 
     def _wrap(self, handle: Any) -> Node:
         """The node of a handle the driver listed (a node cuguard did not make is wrapped once)."""
+        if self._fresh:
+            self._settle()
         key = int(handle)
         node = self._nodes.get(key)
         if node is None:
@@ -867,6 +895,15 @@ class GraphDefinition(_Collected):
             self._nodes[key] = node
             self._version += 1
         return node
+
+    def _settle(self) -> None:
+        """Key the nodes the hot builders made in :attr:`_nodes` (they skip ``int(handle)`` and the insert)."""
+        fresh = self._fresh
+        if fresh:
+            nodes = self._nodes
+            for node in fresh:
+                nodes[node._int] = node
+            self._fresh = []
 
     # --- reading the topology from the driver ---
 
@@ -1196,19 +1233,23 @@ class GraphDefinition(_Collected):
         else:
             handles = None
         self._version += 1
-        err, handle = driver.cuGraphAddEmptyNode(self._handle, handles, count)
+        fp = _fp
+        if fp is not None and count < 2 and driver.cuGraphAddEmptyNode is fp.cuGraphAddEmptyNode:
+            # Compiled: one dependency (or none) straight to the driver; the status back, raised here.
+            err, handle = fp.graph_add_empty(self._handle, handles[0] if handles else None)
+        else:
+            err, handle = driver.cuGraphAddEmptyNode(self._handle, handles, count)
         if err:
             raise_status(err, "cuGraphAddEmptyNode")
         node = _new_node(Node)
         node._graph = self
         node._handle = handle
-        node._int = key = int(handle)
         node._kind = "empty"
         node._order = self._next_order
         node._state = _LIVE
-        node._info = {}
+        node._info = _NO_INFO  # shared: an empty node's info is never changed
         self._next_order += 1
-        self._nodes[key] = node  # published: from here on it is part of the definition
+        self._fresh.append(node)  # published: from here on it is part of the definition (keyed when needed)
         return node
 
     def memset(
@@ -1493,6 +1534,7 @@ class GraphDefinition(_Collected):
         if err:
             raise_status(err, "cuGraphClone")
         copy = GraphDefinition._adopt(handle, self._context, dict(self._owners), self._next_order)
+        self._settle()
         try:
             for node in sorted(self._nodes.values(), key=_order):
                 if node._state != _LIVE:
@@ -1583,6 +1625,7 @@ class GraphDefinition(_Collected):
     def _forget(self) -> None:
         """Drop this object's own references to nodes and owners (the payload keeps what CUDA may use)."""
         self._nodes = {}
+        self._fresh = []
         self._found = {}
         self._owners = {}
         self._shape = None

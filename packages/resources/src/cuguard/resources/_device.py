@@ -7,12 +7,14 @@ import threading
 from typing import Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
+from cuguard.context._context import call_switched
 from cuguard.errors import ResourceClosedError, driver, driver_state, driver_token, raise_status
+from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
 from cuguard.resources._properties import DeviceProperties
-from cuguard.resources._stream import Event, Stream, as_stream, driver_types
+from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, driver_types
 
 __all__ = ["Device", "MemoryInfo"]
 
@@ -56,6 +58,16 @@ def _ctx_sync() -> None:
 
 
 _new = object.__new__
+# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+_fp: Any = None
+
+
+def _fastpath_changed(ops: Any) -> None:
+    global _fp
+    _fp = ops
+
+
+follow_fastpath(_fastpath_changed)
 _DEVICES = "devices"  # driver_state() key: ordinal -> Device (O2)
 _devices_lock = threading.Lock()
 
@@ -315,22 +327,40 @@ class Device:
             context = self.context
         flags = 1 if non_blocking else 0
         if priority is None and not context._closed:
-            # Fast path: the device's context is current already, so no switch (C1).
-            err, current = driver.cuCtxGetCurrent()
-            if err:  # never swallowed: the slow path would ask again, a retry (C4)
-                raise_status(err, "cuCtxGetCurrent")
-            if current == context._handle:
-                err, handle = driver.cuStreamCreate(flags)
-                if err:
-                    raise_status(err, "cuStreamCreate")
-                stream = _new(Stream)
-                stream._handle = handle
-                stream._context = context
-                stream._owned = True
-                stream._device = self._ordinal
-                stream._closed = False
-                stream._lender = stream._borrowers = None
-                return stream
+            fp = _fp
+            if (
+                fp is not None
+                and driver.cuCtxGetCurrent is fp.cuCtxGetCurrent
+                and driver.cuStreamCreate is fp.cuStreamCreate
+            ):
+                # Compiled: the context check and the create in one call (statuses back; raised here).
+                err, handle = fp.stream_create(context._int, flags)
+                current = handle if err == -1 else None  # -1: another context is current (an int)
+                if err > 0:
+                    raise_status(err, handle)
+            else:
+                # Fast path: the device's context is current already, so no switch (C1).
+                err, current = driver.cuCtxGetCurrent()
+                if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                    raise_status(err, "cuCtxGetCurrent")
+                if current == context._handle:
+                    err, handle = driver.cuStreamCreate(flags)
+                    if err:
+                        raise_status(err, "cuStreamCreate")
+                    current = None
+            if current is not None:
+                # Another context is current: switch in, create, restore (C1), call_in's path inlined.
+                handle = call_switched(
+                    context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
+                )
+            stream = _new(Stream)
+            stream._handle = handle
+            stream._context = context
+            stream._owned = True
+            stream._device = self._ordinal
+            stream._closed = False
+            stream._lender = stream._borrowers = None
+            return stream
         handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
         return Stream._make(handle, context, self._ordinal)
 
@@ -359,22 +389,39 @@ class Device:
         if context is None:
             context = self.context
         if not context._closed:
-            # Fast path: the device's context is current already, so no switch (C1).
-            err, current = driver.cuCtxGetCurrent()
-            if err:  # never swallowed: the slow path would ask again, a retry (C4)
-                raise_status(err, "cuCtxGetCurrent")
-            if current == context._handle:
-                err, handle = driver.cuEventCreate(0 if timing else 2)
-                if err:
-                    raise_status(err, "cuEventCreate")
-                event = _new(Event)
-                event._handle = handle
-                event._context = context
-                event._owned = True
-                event._device = self._ordinal
-                event._timing = timing
-                event._closed = False
-                return event
+            flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
+            fp = _fp
+            if (
+                fp is not None
+                and driver.cuCtxGetCurrent is fp.cuCtxGetCurrent
+                and driver.cuEventCreate is fp.cuEventCreate
+            ):
+                # Compiled: the context check and the create in one call (statuses back; raised here).
+                err, handle = fp.event_create(context._int, flags)
+                current = handle if err == -1 else None  # -1: another context is current (an int)
+                if err > 0:
+                    raise_status(err, handle)
+            else:
+                # Fast path: the device's context is current already, so no switch (C1).
+                err, current = driver.cuCtxGetCurrent()
+                if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                    raise_status(err, "cuCtxGetCurrent")
+                if current == context._handle:
+                    err, handle = driver.cuEventCreate(flags)
+                    if err:
+                        raise_status(err, "cuEventCreate")
+                    current = None
+            if current is not None:
+                # Another context is current: switch in, create, restore (C1), call_in's path inlined.
+                handle = call_switched(context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags)
+            event = _new(Event)
+            event._handle = handle
+            event._context = context
+            event._owned = True
+            event._device = self._ordinal
+            event._timing = timing
+            event._closed = False
+            return event
         return Event._create(context, self._ordinal, timing)
 
     def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
@@ -404,7 +451,11 @@ class Device:
             if stream._closed or context._closed or stream._context._closed:
                 stream._check_open()
                 raise context._refusal()
-            err, ptr = driver.cuMemAllocAsync(size, stream._handle)
+            fp = _fp
+            if fp is not None and driver.cuMemAllocAsync is fp.cuMemAllocAsync:
+                err, ptr = fp.mem_alloc_async(size, stream._handle)  # compiled: the status back, raised here
+            else:
+                err, ptr = driver.cuMemAllocAsync(size, stream._handle)
             if err:
                 raise_status(err, "cuMemAllocAsync")
             buf = _new(Buffer)

@@ -11,9 +11,21 @@ from cuguard.context import Context, call_in
 from cuguard.errors import driver, raise_status, wrong_kind
 from cuguard.resources import _dlpack
 from cuguard.resources._base import Resource
+from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._stream import Stream, as_stream, driver_types
 
 __all__ = ["Buffer", "PinnedBuffer"]
+
+# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+_fp: Any = None
+
+
+def _fastpath_changed(ops: Any) -> None:
+    global _fp
+    _fp = ops
+
+
+follow_fastpath(_fastpath_changed)
 
 
 def _size(size: object) -> int:
@@ -353,7 +365,11 @@ class Buffer(Resource):
         if stream is None:
             stream = self._stream
         if stream is not None and not stream._closed:
-            (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
+            fp = _fp
+            if fp is not None and driver.cuMemFreeAsync is fp.cuMemFreeAsync:
+                err = fp.mem_free_async(self._handle, stream._handle)  # compiled: the status back, raised here
+            else:
+                (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
             if err:
                 self._release_failed(err, "cuMemFreeAsync")
             return

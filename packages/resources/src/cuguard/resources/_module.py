@@ -24,6 +24,7 @@ from cuguard.errors import (
     wrong_kind,
 )
 from cuguard.resources._base import Resource
+from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._launch import KernelAttributes, KernelOccupancy, launch_ex
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._objectcode import LOADABLE, ObjectCode
@@ -31,6 +32,17 @@ from cuguard.resources._params import KernelParameter, Signature, parse_ptx_sign
 from cuguard.resources._stream import Stream, as_stream
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "launch"]
+
+# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+_fp: Any = None
+
+
+def _fastpath_changed(ops: Any) -> None:
+    global _fp
+    _fp = ops
+
+
+follow_fastpath(_fastpath_changed)
 
 
 # --- modules and kernels ------------------------------------------------------------
@@ -449,7 +461,12 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         launch_ex(stream, config, kernel, params)
         del keep
     else:
-        (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
+        fp = _fp
+        if fp is not None and type(params) is int and driver.cuLaunchKernel is fp.cuLaunchKernel:
+            # Compiled: the packed parameter block's address goes straight to the driver; the status back.
+            err = fp.launch(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params)
+        else:
+            (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
         del keep  # the driver copied the arguments
         if err:
             raise_status(err, "cuLaunchKernel")

@@ -22,6 +22,7 @@ from cuguard.errors import (
     wrong_kind,
 )
 from cuguard.resources._base import Resource
+from cuguard.resources._fast import follow_fastpath
 
 __all__ = ["Event", "Stream", "as_stream"]
 
@@ -69,6 +70,18 @@ def _drain_host_callbacks() -> None:
             (err,) = driver.cuStreamSynchronize(stream._handle)
             if err:
                 report(err, "cuStreamSynchronize", stream._handle, "its pending host callbacks may never run")
+
+
+# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+_fp: Any = None
+
+
+def _fastpath_changed(ops: Any) -> None:
+    global _fp
+    _fp = ops
+
+
+follow_fastpath(_fastpath_changed)
 
 
 # --- streams -----------------------------------------------------------------------
@@ -132,7 +145,11 @@ class Stream(Resource):
         self._closed = True
         if not self._owned:
             return
-        (err,) = driver.cuStreamDestroy(self._handle)
+        fp = _fp
+        if fp is not None and driver.cuStreamDestroy is fp.cuStreamDestroy:
+            err = fp.stream_destroy(self._handle)  # compiled: the status back, raised here
+        else:
+            (err,) = driver.cuStreamDestroy(self._handle)
         if err:
             self._release_failed(err, "cuStreamDestroy")
 
@@ -345,7 +362,11 @@ class Event(Resource):
             self._context_gone()
             return
         self._closed = True
-        (err,) = driver.cuEventDestroy(self._handle)
+        fp = _fp
+        if fp is not None and driver.cuEventDestroy is fp.cuEventDestroy:
+            err = fp.event_destroy(self._handle)  # compiled: the status back, raised here
+        else:
+            (err,) = driver.cuEventDestroy(self._handle)
         if err:
             self._release_failed(err, "cuEventDestroy")
 
@@ -374,7 +395,11 @@ class Event(Resource):
         if self._closed or stream._closed or self._context._closed or stream._context._closed:
             self._check_open()
             stream._check_open()
-        (err,) = driver.cuEventRecord(self._handle, stream._handle)
+        fp = _fp
+        if fp is not None and driver.cuEventRecord is fp.cuEventRecord:
+            err = fp.event_record(self._handle, stream._handle)  # compiled: the status back, raised here
+        else:
+            (err,) = driver.cuEventRecord(self._handle, stream._handle)
         if err:
             raise_status(err, "cuEventRecord")
 
@@ -393,7 +418,11 @@ class Event(Resource):
         """Whether the work before the last record has finished (a never-recorded event is done)."""
         if self._closed or self._context._closed:
             self._check_open()
-        (err,) = driver.cuEventQuery(self._handle)
+        fp = _fp
+        if fp is not None and driver.cuEventQuery is fp.cuEventQuery:
+            err = fp.event_query(self._handle)  # compiled: the status back, raised here
+        else:
+            (err,) = driver.cuEventQuery(self._handle)
         if not err:
             return True
         if int(err) == 600:  # CUDA_ERROR_NOT_READY
