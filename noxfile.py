@@ -91,6 +91,10 @@ BINDINGS = {12: "cuda-bindings>=12.9,<13", 13: "cuda-bindings>=13,<14"}
 DEFAULT_BINDINGS_MAJOR = 13
 
 TESTING_DIST = "cuguard-testing"
+# The optional compiled fast path (a C extension): no layer depends on it, the README's install line
+# leaves it out, and its test session builds it and runs the layers' tests with it installed.
+FASTPATH_DIST = "cuguard-fastpath"
+OPTIONAL_DISTS = {FASTPATH_DIST}
 # Compiler and linker libraries: the contract suite's E2 test compiles and links on machines with no GPU.
 # Each cuda-bindings major loads its own major of the libraries (12.x ships them as -cu12 wheels).
 COMPILER_LIBRARIES = {
@@ -177,7 +181,9 @@ def _install_local(session: nox.Session, packages: list[Package], *extra: str, d
 def _test_params() -> list[object]:
     params: list[object] = []
     for package in PACKAGES.values():
-        params.extend(nox.param(package.layer, major, id=f"{package.layer}-cuda{major}") for major in sorted(BINDINGS))
+        # The fast path's C entry points are checked against one major's signatures: one session.
+        majors = [DEFAULT_BINDINGS_MAJOR] if package.dist == FASTPATH_DIST else sorted(BINDINGS)
+        params.extend(nox.param(package.layer, major, id=f"{package.layer}-cuda{major}") for major in majors)
     return params
 
 
@@ -191,9 +197,15 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
     """Run one package's tests/ with only that package and the layers below it installed.
 
     The testing package's tests get every layer: they test the plugin and the sweeps on cuguard
-    programs.
+    programs. The fast path's session builds its C extension (a wheel, not editable), installs it
+    beside every runtime layer, runs its own tests (the compiled path against a no-op driver
+    library built from ``packages/fastpath/tests/stub``), then the context, resources and graphs
+    tests with the extension importable (on the simulated driver those take the Python path).
     """
     package = BY_LAYER[layer]
+    if package.dist == FASTPATH_DIST:
+        _fastpath_tests(session, package, bindings)
+        return
     wanted = [package.dist] + ([TESTING_DIST] if TESTING_DIST in PACKAGES else [])
     if layer == "testing":
         # cuguard-testing itself depends on the errors layer only (import-linter checks that in
@@ -208,6 +220,18 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
     session.run("python", "-c", "import cuda.bindings; print('cuda-bindings', cuda.bindings.__version__)")
     session.chdir(package.path)
     session.run("pytest", "tests", *session.posargs)
+
+
+def _fastpath_tests(session: nox.Session, package: Package, bindings: int) -> None:
+    layers = [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS]
+    _install_local(session, layers, BINDINGS[bindings], *COMPILER_LIBRARIES[bindings], *TEST_TOOLS)
+    session.install("--no-deps", str(package.path))  # builds the extension: a C compiler is needed
+    session.run("python", "-c", "import cuguard.fastpath as f; print('cuguard.fastpath:', f.status())")
+    session.chdir(package.path)
+    session.run("pytest", "tests", *session.posargs)
+    for layer in ("context", "resources", "graphs"):
+        session.chdir(BY_LAYER[layer].path)
+        session.run("pytest", "-q", "tests", *session.posargs)
 
 
 def _contract_modules(config: dict[str, object]) -> set[str]:
@@ -242,7 +266,10 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over every package's src/ (and tests/typing/ where present)."""
     session.install(MYPY, *TEST_TOOLS)
-    _install_local(session, list(PACKAGES.values()), BINDINGS[DEFAULT_BINDINGS_MAJOR])
+    # The optional fast path is checked from its source (mypy_path; its extension has a .pyi), not built.
+    _install_local(
+        session, [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS], BINDINGS[DEFAULT_BINDINGS_MAJOR]
+    )
     targets = [str(p.path / "src") for p in PACKAGES.values()]
     targets += [str(p.path / "tests" / "typing") for p in PACKAGES.values() if (p.path / "tests" / "typing").is_dir()]
     session.run("mypy", "--strict", *targets, *session.posargs)
@@ -264,7 +291,7 @@ def install(session: nox.Session) -> None:
     session.install("pip")  # the README's line uses pip (the session's environment may come from uv)
     session.chdir(ROOT)
     session.run("python", "-m", "pip", "install", "--quiet", *args)
-    layers = ", ".join(f"cuguard.{p.layer}" for p in PACKAGES.values())
+    layers = ", ".join(f"cuguard.{p.layer}" for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS)
     session.run("python", "-c", f"import {layers}; print('imported', {layers!r})")
 
 
@@ -283,8 +310,8 @@ def build(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """Run the README's tour, as a new user would."""
-    _install_local(session, list(PACKAGES.values()), "numpy>=1.26")
+    """Run the README's tour, as a new user would (the pure-Python install)."""
+    _install_local(session, [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS], "numpy>=1.26")
     session.run("python", str(ROOT / "examples" / "tour.py"))
 
 
@@ -365,7 +392,7 @@ def contract(session: nox.Session, bindings: int) -> None:
     meta-package and ``tests/`` runs on the simulated driver, once per cuda-bindings major
     (with that major's compiler and linker libraries). Arguments after ``--`` go to pytest.
     """
-    layers = [p for p in PACKAGES.values() if p.dist != TESTING_DIST]
+    layers = [p for p in PACKAGES.values() if p.dist != TESTING_DIST and p.dist not in OPTIONAL_DISTS]
     testing = _closure([TESTING_DIST])
     extra = [
         str(ROOT),
@@ -415,7 +442,7 @@ def docs(session: nox.Session) -> None:
     """
     _install_local(
         session,
-        list(PACKAGES.values()),
+        [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS],
         *DOCS_TOOLS,
         "pytest>=8",
         "numpy>=1.26",

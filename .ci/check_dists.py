@@ -33,7 +33,9 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-NOT_RUNTIME = {"cuguard-testing"}
+# Not required by the meta-package: the test tools, and the optional compiled fast path (every layer
+# works without it; see packages/fastpath/README.md).
+NOT_RUNTIME = {"cuguard-testing", "cuguard-fastpath"}
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 

@@ -1,12 +1,16 @@
-"""cuguard's overhead over raw cuda-bindings, next to cuda.core's (issue 8).
+"""cuguard's overhead over raw cuda-bindings, next to cuda.core's (issues 8 and 16).
 
 For each operation, in one process, the median nanoseconds per operation of
 
   (a) raw cuda-bindings calls doing the same driver work (with a minimal status check),
-  (b) cuguard,
+  (b) cuguard, pure Python (``cuguard``: the compiled fast path turned off),
+  (b') cuguard with its compiled fast path (``cuguard_fast``: cuguard-fastpath on; ``null``
+       with the reason when the package is not installed or is off),
   (c) cuda.core, where it has the operation (``null`` with the reason where not),
 
-and the ratios (b)/(a) and (c)/(a). Every variant is warmed up, then timed in
+and the ratios (b)/(a), (b')/(a) and (c)/(a). The two cuguard variants run in the same process,
+interleaved with the others: before each of its batches a variant turns the fast path off (b) or
+on (b') with ``cuguard.fastpath.disable()``/``enable()``. Every variant is warmed up, then timed in
 batches sized so that one batch takes about ``--target-ms`` milliseconds; the
 variants of an operation are interleaved batch by batch (a, b, c, a, b, c...)
 so that drift in clocks or driver state hits them alike; the figure is the
@@ -59,6 +63,10 @@ TARGETS = {
     "alloc_async_256B": 1.35,
     "graph_build_16": 2.0,
 }
+# Issue 16. Pure Python alone: these ratios. With the compiled fast path: every operation at or
+# below cuda.core's ratio, and these at or below 1.0.
+PURE_TARGETS = {"switch_restore_event": 1.35, "graph_build_16": 2.0}
+FAST_TARGETS = {"stream_create_close": 1.0, "event_create_close": 1.0, "alloc_async_256B": 1.0}
 
 KERNEL_SOURCE = 'extern "C" __global__ void empty() {}\n'
 NOT_READY = 600  # CUDA_ERROR_NOT_READY
@@ -85,6 +93,7 @@ class Variant:
     cleanup: Callable[[], object] | None = None
     reason: str | None = None  # why fn is None
     note: str | None = None
+    prepare: Callable[[], object] | None = None  # before each batch (turns the fast path on or off)
 
 
 @dataclass
@@ -96,7 +105,36 @@ class Operation:
     teardown: Callable[[], object] | None = None
 
 
-KINDS = ("raw", "cuguard", "cuda_core")
+KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
+
+
+def _fastpath() -> Any:
+    """``cuguard.fastpath``, or ``None`` when the package is not installed."""
+    try:
+        from cuguard import fastpath
+    except ImportError:
+        return None
+    return fastpath
+
+
+def _cuguard_pair(make: Callable[[], Variant]) -> dict[str, Variant]:
+    """The cuguard variant, pure Python, and the same with the compiled fast path on.
+
+    ``make()`` builds (and tries once) a variant; it runs once with the fast path on and once off.
+    Each variant's ``prepare`` puts the fast path in its state before every batch.
+    """
+    fastpath = _fastpath()
+    if fastpath is None:
+        return {"cuguard": make(), "cuguard_fast": Variant(reason="cuguard-fastpath is not installed")}
+    if not fastpath.enable():
+        return {"cuguard": make(), "cuguard_fast": Variant(reason=f"the fast path is off: {fastpath.status()}")}
+    try:
+        fast = make()
+    finally:
+        fastpath.disable()
+    pure = make()
+    fast.prepare, pure.prepare = fastpath.enable, fastpath.disable
+    return {"cuguard": pure, "cuguard_fast": fast}
 
 
 def _build(kind: str, builder: Callable[[], Variant]) -> Variant:
@@ -221,7 +259,7 @@ def op_stream(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
     }
     return op
@@ -263,7 +301,7 @@ def op_event(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
     }
     return op
@@ -322,7 +360,7 @@ def op_event_record_query(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
     }
     return op
@@ -363,7 +401,7 @@ def op_alloc(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
     }
     return op
@@ -414,7 +452,7 @@ def op_pinned(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
     }
     return op
@@ -481,7 +519,7 @@ def op_h2d(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
     }
     return op
@@ -542,7 +580,7 @@ def op_switch(env: Env) -> Operation:
     try:
         op.variants = {
             "raw": _build("raw", raw),
-            "cuguard": _build("cuguard", guarded),
+            **_cuguard_pair(lambda: _build("cuguard", guarded)),
             "cuda_core": Variant(
                 reason="cuda.core has no switch-and-restore: its Device methods work in the current context"
             ),
@@ -636,7 +674,7 @@ def op_graph_build(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _graph_or_null("cuguard", graph_variant("cuguard")),
+        **_cuguard_pair(lambda: _graph_or_null("cuguard", graph_variant("cuguard"))),
         "cuda_core": _core_variant(env, graph_variant("cuda_core")),
     }
     return op
@@ -702,7 +740,7 @@ def op_graph_launch(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _graph_or_null("cuguard", graph_variant("cuguard")),
+        **_cuguard_pair(lambda: _graph_or_null("cuguard", graph_variant("cuguard"))),
         "cuda_core": _core_variant(env, graph_variant("cuda_core")),
     }
     return op
@@ -791,7 +829,7 @@ def op_launch(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
     }
     return op
@@ -823,7 +861,7 @@ def op_cheap_call(env: Env) -> Operation:
 
     op.variants = {
         "raw": _build("raw", raw),
-        "cuguard": _build("cuguard", guarded),
+        **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": Variant(reason="cuda.core has no public call that is only cuCtxGetCurrent"),
     }
     return op
@@ -858,6 +896,8 @@ def _batch(fn: Callable[[], object], n: int) -> int:
 def _calibrate(variant: Variant, target_ns: int) -> int:
     """Warm up and find the iteration count for a batch of about ``target_ns``."""
     assert variant.fn is not None
+    if variant.prepare is not None:
+        variant.prepare()
     n = 1
     while True:
         gc.disable()
@@ -898,6 +938,8 @@ def measure(op: Operation, repeats: int, target_ns: int) -> dict[str, Any]:
         for _ in range(repeats):
             for kind, variant in list(live.items()):
                 assert variant.fn is not None
+                if variant.prepare is not None:
+                    variant.prepare()
                 gc.collect()
                 gc.disable()
                 try:
@@ -931,6 +973,8 @@ def measure(op: Operation, repeats: int, target_ns: int) -> dict[str, Any]:
         value = result[f"{kind}_ns"]
         result[f"{kind}_ratio"] = round(value / raw, 3) if value is not None and raw else None
     result["target_ratio"] = TARGETS.get(op.name)
+    result["pure_target_ratio"] = PURE_TARGETS.get(op.name)
+    result["fast_target_ratio"] = FAST_TARGETS.get(op.name)
     result["iterations_per_repeat"] = counts
     result["samples_ns"] = {k: [round(x, 1) for x in v] for k, v in samples.items() if v}
     notes = {k: v.reason for k, v in op.variants.items() if v.reason}
@@ -963,6 +1007,8 @@ def profile(op: Operation, seconds: float = 0.3, top: int = 10) -> list[dict[str
     fn = variant.fn
     if op.setup is not None:
         op.setup()
+    if variant.prepare is not None:
+        variant.prepare()
     try:
         n = 1
         while True:
@@ -1059,7 +1105,7 @@ def describe(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     if env.core is not None:
         versions["cuda_core"] = getattr(env.core, "__version__", None) or _dist_version("cuda-core")
-    for layer in ("errors", "context", "resources", "graphs", "testing"):
+    for layer in ("errors", "context", "resources", "graphs", "testing", "fastpath"):
         with contextlib.suppress(Exception):
             module = __import__(f"cuguard.{layer}", fromlist=["__version__"])
             versions["cuguard"][layer] = getattr(module, "__version__", "?")
@@ -1083,25 +1129,44 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _met(ratio: float | None, bounds: list[float | None]) -> str:
+    limits = [b for b in bounds if b is not None]
+    return "-" if ratio is None or not limits else ("yes" if ratio <= min(limits) else "NO")
+
+
 def table(results: dict[str, Any], simulated: bool) -> str:
-    header = ("operation", "raw ns", "cuguard ns", "cuguard x", "target x", "cuda.core ns", "cuda.core x", "met")
+    header = (
+        "operation",
+        "raw ns",
+        "python ns",
+        "python x",
+        "py target",
+        "py met",
+        "compiled ns",
+        "compiled x",
+        "c target",
+        "c met",
+        "cuda.core ns",
+        "cuda.core x",
+    )
     rows = [header]
     for name, r in results.items():
-        target = r.get("target_ratio")
-        ratio = r.get("cuguard_ratio")
-        core_ratio = r.get("cuda_core_ratio")
-        bounds = [b for b in (target, core_ratio) if b is not None]
-        met = "-" if ratio is None or not bounds else ("yes" if ratio <= min(bounds) else "NO")
+        ratio, fast, core = r.get("cuguard_ratio"), r.get("cuguard_fast_ratio"), r.get("cuda_core_ratio")
+        pure_target, fast_target = r.get("pure_target_ratio"), r.get("fast_target_ratio")
         rows.append(
             (
                 name,
                 _fmt(r.get("raw_ns")),
                 _fmt(r.get("cuguard_ns")),
                 _fmt(ratio, 2),
-                _fmt(target, 2),
+                _fmt(pure_target, 2),
+                _met(ratio, [pure_target]),
+                _fmt(r.get("cuguard_fast_ns")),
+                _fmt(fast, 2),
+                _fmt(fast_target, 2),
+                _met(fast, [fast_target, core]),
                 _fmt(r.get("cuda_core_ns")),
-                _fmt(core_ratio, 2),
-                met,
+                _fmt(core, 2),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -1113,11 +1178,22 @@ def table(results: dict[str, Any], simulated: bool) -> str:
             lines.append("  ".join("-" * w for w in widths))
     if simulated:
         lines.append("SIMULATED DRIVER: relative figures for comparing commits, not GPU numbers.")
-    lines.append("met: cuguard x <= min(target x, cuda.core x) where either exists")
+    lines.append(
+        "python: cuguard pure Python; compiled: cuguard with cuguard-fastpath on (same process, interleaved).\n"
+        "py met: python x <= py target (issue 16: switch 1.35, graph build 2.0); "
+        "c met: compiled x <= min(c target, cuda.core x) where either exists"
+    )
     return "\n".join(lines)
 
 
 # --- main -----------------------------------------------------------------------------------
+
+
+def _fastpath_status() -> dict[str, Any]:
+    fastpath = _fastpath()
+    if fastpath is None:
+        return {"installed": False}
+    return {"installed": True, "version": fastpath.__version__, "status": fastpath.status(), "file": fastpath.__file__}
 
 
 @contextlib.contextmanager
@@ -1186,7 +1262,7 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
 
     report: dict[str, Any] = {
-        "benchmark": "cuguard overhead (issue 8)",
+        "benchmark": "cuguard overhead (issues 8 and 16)",
         "date": started.isoformat(timespec="seconds"),
         "simulated": simulated,
         "driver": "simulated (cuguard.testing)" if simulated else "real",
@@ -1203,6 +1279,9 @@ def main(argv: list[str] | None = None) -> int:
             "kernel_image": env.kernel_kind or None,
         },
         "targets": TARGETS,
+        "pure_targets": PURE_TARGETS,
+        "fast_targets": FAST_TARGETS,
+        "fastpath": _fastpath_status(),
         "operations": results,
     }
     if profiles:

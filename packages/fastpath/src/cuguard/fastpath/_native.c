@@ -1,0 +1,457 @@
+/* cuguard.fastpath._native: the driver calls of cuguard's hot operations, made from C.
+ *
+ * Headerless: no CUDA header is included. The driver's entry points are taken,
+ * at setup(), from the PyCapsules that cuda-bindings' `cuda.bindings.cydriver`
+ * exports for `cimport` (its `__pyx_capi__` dictionary): each capsule holds a
+ * C function pointer and is named by the function's C signature, which is
+ * checked against the signature this file was written for. The handle types
+ * below are the driver's opaque pointer types, which is all these calls need.
+ *
+ * Nothing here raises for a driver failure: every function returns the status
+ * (and, for creating calls, the name of the call that failed), and cuguard's
+ * Python layers raise. The only exceptions raised here are Python ones: a
+ * handle that int() refuses (TypeError), or the bindings' own error when they
+ * cannot find a driver entry point (their `except ?CUDA_ERROR_NOT_FOUND`).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef void *CUgraph;
+typedef void *CUgraphNode;
+typedef void *CUfunction;
+typedef unsigned long long CUdeviceptr;
+
+#define CUDA_ERROR_NOT_FOUND 500
+
+typedef CUresult (*ctx_get_current_t)(CUcontext *);
+typedef CUresult (*create_t)(void **, unsigned int);
+typedef CUresult (*destroy_t)(void *);
+typedef CUresult (*event_record_t)(CUevent, CUstream);
+typedef CUresult (*mem_alloc_async_t)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*mem_free_async_t)(CUdeviceptr, CUstream);
+typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                                    unsigned int, unsigned int, CUstream, void **, void **);
+typedef CUresult (*graph_add_empty_t)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t);
+
+static ctx_get_current_t p_cuCtxGetCurrent;
+static create_t p_cuEventCreate;
+static destroy_t p_cuEventDestroy;
+static event_record_t p_cuEventRecord;
+static destroy_t p_cuEventQuery;
+static create_t p_cuStreamCreate;
+static destroy_t p_cuStreamDestroy;
+static mem_alloc_async_t p_cuMemAllocAsync;
+static mem_free_async_t p_cuMemFreeAsync;
+static launch_kernel_t p_cuLaunchKernel;
+static graph_add_empty_t p_cuGraphAddEmptyNode;
+
+/* The cuda-bindings handle types the creating calls return (CUstream, CUevent, ...). */
+static PyObject *t_stream, *t_event, *t_deviceptr, *t_graphnode;
+static int ready;
+
+/* Interned call names, returned as the second item of a failed creating call. */
+static PyObject *n_ctx, *n_event_create, *n_stream_create, *n_alloc, *n_graph_add;
+
+typedef struct {
+    const char *name;
+    const char *signature;
+    void **slot;
+} entry_t;
+
+static entry_t entries[] = {
+    {"cuCtxGetCurrent", "CUresult (CUcontext *)", (void **)&p_cuCtxGetCurrent},
+    {"cuEventCreate", "CUresult (CUevent *, unsigned int)", (void **)&p_cuEventCreate},
+    {"cuEventDestroy", "CUresult (CUevent)", (void **)&p_cuEventDestroy},
+    {"cuEventRecord", "CUresult (CUevent, CUstream)", (void **)&p_cuEventRecord},
+    {"cuEventQuery", "CUresult (CUevent)", (void **)&p_cuEventQuery},
+    {"cuStreamCreate", "CUresult (CUstream *, unsigned int)", (void **)&p_cuStreamCreate},
+    {"cuStreamDestroy", "CUresult (CUstream)", (void **)&p_cuStreamDestroy},
+    {"cuMemAllocAsync", "CUresult (CUdeviceptr *, size_t, CUstream)", (void **)&p_cuMemAllocAsync},
+    {"cuMemFreeAsync", "CUresult (CUdeviceptr, CUstream)", (void **)&p_cuMemFreeAsync},
+    {"cuLaunchKernel",
+     "CUresult (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, "
+     "unsigned int, CUstream, void **, void **)",
+     (void **)&p_cuLaunchKernel},
+    {"cuGraphAddEmptyNode", "CUresult (CUgraphNode *, CUgraph, CUgraphNode const *, size_t)",
+     (void **)&p_cuGraphAddEmptyNode},
+    {NULL, NULL, NULL},
+};
+
+/* A handle's address: an int, or any object whose type has __int__ (the cuda-bindings handle types). */
+static int
+address(PyObject *obj, void **out)
+{
+    if (PyLong_CheckExact(obj)) {
+        *out = PyLong_AsVoidPtr(obj);
+        return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
+    }
+    PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
+    if (nb == NULL || nb->nb_int == NULL) {
+        PyErr_Format(PyExc_TypeError, "a driver handle or an int is needed, not %.100s", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyObject *value = nb->nb_int(obj);
+    if (value == NULL)
+        return -1;
+    *out = PyLong_AsVoidPtr(value);
+    Py_DECREF(value);
+    return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* A driver status, or NULL when the bindings raised (their status CUDA_ERROR_NOT_FOUND with an exception set). */
+static PyObject *
+status(CUresult err)
+{
+    if (err == CUDA_ERROR_NOT_FOUND && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLong((long)err);
+}
+
+static PyObject *
+failed(CUresult err, PyObject *call)
+{
+    if (err == CUDA_ERROR_NOT_FOUND && PyErr_Occurred())
+        return NULL;
+    return Py_BuildValue("(iO)", (int)err, call);
+}
+
+/* (0, type(address)): a new handle object of the bindings, or NULL. */
+static PyObject *
+made(PyObject *type, void *value)
+{
+    PyObject *number = PyLong_FromVoidPtr(value);
+    if (number == NULL)
+        return NULL;
+    PyObject *handle = PyObject_CallOneArg(type, number);
+    Py_DECREF(number);
+    if (handle == NULL)
+        return NULL;
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(handle);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, PyLong_FromLong(0));
+    PyTuple_SET_ITEM(result, 1, handle);
+    return result;
+}
+
+static PyObject *
+not_ready(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "cuguard.fastpath._native.setup() has not succeeded");
+    return NULL;
+}
+
+/* setup(capi, CUstream, CUevent, CUdeviceptr, CUgraphNode) -> list of problems (empty: ready). */
+static PyObject *
+fp_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "setup(capi, CUstream, CUevent, CUdeviceptr, CUgraphNode)");
+        return NULL;
+    }
+    PyObject *capi = args[0];
+    if (!PyDict_Check(capi)) {
+        PyErr_SetString(PyExc_TypeError, "capi must be a dict (cuda.bindings.cydriver.__pyx_capi__)");
+        return NULL;
+    }
+    PyObject *problems = PyList_New(0);
+    if (problems == NULL)
+        return NULL;
+    void *found[sizeof(entries) / sizeof(entries[0])];
+    for (int i = 0; entries[i].name != NULL; i++) {
+        found[i] = NULL;
+        PyObject *capsule = PyDict_GetItemString(capi, entries[i].name);
+        const char *why = NULL;
+        const char *name = NULL;
+        if (capsule == NULL)
+            why = "missing";
+        else if (!PyCapsule_CheckExact(capsule))
+            why = "not a capsule";
+        else {
+            name = PyCapsule_GetName(capsule);
+            if (name == NULL || strcmp(name, entries[i].signature) != 0)
+                why = "another signature";
+            else {
+                found[i] = PyCapsule_GetPointer(capsule, name);
+                if (found[i] == NULL) {
+                    PyErr_Clear();
+                    why = "an empty capsule";
+                }
+            }
+        }
+        if (why != NULL) {
+            PyObject *text = PyUnicode_FromFormat("%s: %s (%s)", entries[i].name, why, name ? name : "-");
+            if (text == NULL || PyList_Append(problems, text) < 0) {
+                Py_XDECREF(text);
+                Py_DECREF(problems);
+                return NULL;
+            }
+            Py_DECREF(text);
+        }
+    }
+    if (PyList_GET_SIZE(problems) == 0) {
+        for (int i = 0; entries[i].name != NULL; i++)
+            *entries[i].slot = found[i];
+        PyObject **types[] = {&t_stream, &t_event, &t_deviceptr, &t_graphnode};
+        for (int i = 0; i < 4; i++) {
+            Py_INCREF(args[i + 1]);
+            Py_XSETREF(*types[i], args[i + 1]);
+        }
+        ready = 1;
+    }
+    return problems;
+}
+
+/* Shared by event_create and stream_create: (0, handle) | (-1, current context as int) | (status, call). */
+static PyObject *
+create_in(PyObject *const *args, Py_ssize_t nargs, create_t create, PyObject *type, PyObject *call, int release_gil)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "takes (context as int, flags)");
+        return NULL;
+    }
+    void *want;
+    if (address(args[0], &want) < 0)
+        return NULL;
+    unsigned long flags = PyLong_AsUnsignedLong(args[1]);
+    if (flags == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    CUcontext current = NULL;
+    CUresult err = p_cuCtxGetCurrent(&current);
+    if (err)
+        return failed(err, n_ctx);
+    if (current != want) {
+        PyObject *number = PyLong_FromVoidPtr(current);
+        if (number == NULL)
+            return NULL;
+        return Py_BuildValue("(iN)", -1, number);
+    }
+    void *handle = NULL;
+    if (release_gil) {
+        Py_BEGIN_ALLOW_THREADS
+        err = create(&handle, (unsigned int)flags);
+        Py_END_ALLOW_THREADS
+    } else {
+        err = create(&handle, (unsigned int)flags);
+    }
+    if (err)
+        return failed(err, call);
+    return made(type, handle);
+}
+
+static PyObject *
+fp_event_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return create_in(args, nargs, p_cuEventCreate, t_event, n_event_create, 0);
+}
+
+static PyObject *
+fp_stream_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return create_in(args, nargs, p_cuStreamCreate, t_stream, n_stream_create, 1);
+}
+
+static PyObject *
+one_handle(PyObject *const *args, Py_ssize_t nargs, destroy_t fn, int release_gil)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "takes one handle");
+        return NULL;
+    }
+    void *handle;
+    if (address(args[0], &handle) < 0)
+        return NULL;
+    CUresult err;
+    if (release_gil) {
+        Py_BEGIN_ALLOW_THREADS
+        err = fn(handle);
+        Py_END_ALLOW_THREADS
+    } else {
+        err = fn(handle);
+    }
+    return status(err);
+}
+
+static PyObject *
+fp_event_destroy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return one_handle(args, nargs, p_cuEventDestroy, 0);
+}
+
+static PyObject *
+fp_event_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return one_handle(args, nargs, p_cuEventQuery, 0);
+}
+
+static PyObject *
+fp_stream_destroy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return one_handle(args, nargs, p_cuStreamDestroy, 1);
+}
+
+static PyObject *
+fp_event_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "event_record(event, stream)");
+        return NULL;
+    }
+    void *event, *stream;
+    if (address(args[0], &event) < 0 || address(args[1], &stream) < 0)
+        return NULL;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = p_cuEventRecord(event, stream);
+    Py_END_ALLOW_THREADS
+    return status(err);
+}
+
+static PyObject *
+fp_mem_alloc_async(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "mem_alloc_async(size, stream)");
+        return NULL;
+    }
+    size_t size = PyLong_AsSize_t(args[0]);
+    if (size == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    void *stream;
+    if (address(args[1], &stream) < 0)
+        return NULL;
+    CUdeviceptr ptr = 0;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = p_cuMemAllocAsync(&ptr, size, stream);
+    Py_END_ALLOW_THREADS
+    if (err)
+        return failed(err, n_alloc);
+    return made(t_deviceptr, (void *)(uintptr_t)ptr);
+}
+
+static PyObject *
+fp_mem_free_async(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "mem_free_async(ptr, stream)");
+        return NULL;
+    }
+    void *ptr, *stream;
+    if (address(args[0], &ptr) < 0 || address(args[1], &stream) < 0)
+        return NULL;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, stream);
+    Py_END_ALLOW_THREADS
+    return status(err);
+}
+
+/* launch(function, gx, gy, gz, bx, by, bz, shared, stream, params address) -> status */
+static PyObject *
+fp_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "launch(function, gx, gy, gz, bx, by, bz, shared, stream, params)");
+        return NULL;
+    }
+    void *function, *stream, *params;
+    if (address(args[0], &function) < 0 || address(args[8], &stream) < 0 || address(args[9], &params) < 0)
+        return NULL;
+    unsigned int dims[7];
+    for (int i = 0; i < 7; i++) {
+        unsigned long value = PyLong_AsUnsignedLong(args[i + 1]);
+        if (value == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+        if (value > 0xFFFFFFFFUL) {
+            PyErr_SetString(PyExc_OverflowError, "a launch dimension does not fit 32 bits");
+            return NULL;
+        }
+        dims[i] = (unsigned int)value;
+    }
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = p_cuLaunchKernel(function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream,
+                           (void **)params, NULL);
+    Py_END_ALLOW_THREADS
+    return status(err);
+}
+
+/* graph_add_empty(graph, dependency or None) -> (0, CUgraphNode) | (status, call) */
+static PyObject *
+fp_graph_add_empty(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "graph_add_empty(graph, dependency or None)");
+        return NULL;
+    }
+    void *graph, *dep = NULL;
+    if (address(args[0], &graph) < 0)
+        return NULL;
+    size_t count = 0;
+    if (args[1] != Py_None) {
+        if (address(args[1], &dep) < 0)
+            return NULL;
+        count = 1;
+    }
+    CUgraphNode node = NULL;
+    CUresult err = p_cuGraphAddEmptyNode(&node, graph, count ? (const CUgraphNode *)&dep : NULL, count);
+    if (err)
+        return failed(err, n_graph_add);
+    return made(t_graphnode, node);
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))fp_setup, METH_FASTCALL, "Resolve the entry points; return the problems."},
+    {"event_create", (PyCFunction)(void (*)(void))fp_event_create, METH_FASTCALL, NULL},
+    {"event_destroy", (PyCFunction)(void (*)(void))fp_event_destroy, METH_FASTCALL, NULL},
+    {"event_record", (PyCFunction)(void (*)(void))fp_event_record, METH_FASTCALL, NULL},
+    {"event_query", (PyCFunction)(void (*)(void))fp_event_query, METH_FASTCALL, NULL},
+    {"stream_create", (PyCFunction)(void (*)(void))fp_stream_create, METH_FASTCALL, NULL},
+    {"stream_destroy", (PyCFunction)(void (*)(void))fp_stream_destroy, METH_FASTCALL, NULL},
+    {"mem_alloc_async", (PyCFunction)(void (*)(void))fp_mem_alloc_async, METH_FASTCALL, NULL},
+    {"mem_free_async", (PyCFunction)(void (*)(void))fp_mem_free_async, METH_FASTCALL, NULL},
+    {"launch", (PyCFunction)(void (*)(void))fp_launch, METH_FASTCALL, NULL},
+    {"graph_add_empty", (PyCFunction)(void (*)(void))fp_graph_add_empty, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "cuguard.fastpath._native",
+    "The driver calls of cuguard's hot operations, from C (see cuguard.fastpath).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    n_ctx = PyUnicode_InternFromString("cuCtxGetCurrent");
+    n_event_create = PyUnicode_InternFromString("cuEventCreate");
+    n_stream_create = PyUnicode_InternFromString("cuStreamCreate");
+    n_alloc = PyUnicode_InternFromString("cuMemAllocAsync");
+    n_graph_add = PyUnicode_InternFromString("cuGraphAddEmptyNode");
+    if (!n_ctx || !n_event_create || !n_stream_create || !n_alloc || !n_graph_add)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,215 @@
+"""The compiled fast path on the real cuda-bindings: every hot operation, its failures, and its limits.
+
+Run as a program, under the real driver (a GPU) or the no-op driver library of
+``stub/`` (``--stub``, with its folder on ``LD_LIBRARY_PATH``)::
+
+    python packages/fastpath/tests/scenario.py [--stub] [--out result.json]
+
+Checks, and prints as JSON (exit status 1 when a check fails):
+
+- the fast path is on, and each hot operation (stream, event, record, query,
+  stream-ordered alloc/free, launch, empty graph node) went through its compiled
+  function, counted by wrapping the functions the layers use;
+- the switch path: with another context current, ``create_event`` creates in
+  the device's context and restores the caller's (G2);
+- a fault plan over the real driver (``inject``) sees the call: the compiled
+  function is not used, the injected failure is raised, nothing is left (G1);
+- with ``--stub``: a driver failure returned to the compiled function is
+  raised as ``CUDAError`` with the right call and code, and nothing is left;
+- :func:`cuguard.fastpath.disable` sends every operation back to Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PTX = ".version 7.8\n.target sm_{cc}\n.address_size 64\n\n.visible .entry empty()\n{{\n\tret;\n}}\n"
+COMPILED = (
+    "event_create",
+    "event_destroy",
+    "event_record",
+    "event_query",
+    "stream_create",
+    "stream_destroy",
+    "mem_alloc_async",
+    "mem_free_async",
+    "launch",
+    "graph_add_empty",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stub", action="store_true", help="the driver is the no-op library of stub/")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    from cuguard import fastpath
+    from cuguard.context import Context
+    from cuguard.errors import CUDAError, driver
+    from cuguard.graphs import GraphDefinition
+    from cuguard.resources import Device, LaunchConfig, launch
+
+    report: dict[str, Any] = {"status": fastpath.status(), "stub": args.stub, "checks": {}, "failures": []}
+    checks: dict[str, Any] = report["checks"]
+
+    def check(name: str, ok: bool, detail: object = None) -> None:
+        checks[name] = "ok" if ok else f"FAILED: {detail}"
+        if not ok:
+            report["failures"].append(name)
+
+    if not fastpath.enabled():
+        check("fast path on", False, fastpath.status())
+        return _finish(report, args.out)
+
+    counts = dict.fromkeys(COMPILED, 0)
+    ops = fastpath._ops
+    assert ops is not None
+
+    def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*a: Any) -> Any:
+            counts[name] += 1
+            return fn(*a)
+
+        return counted
+
+    for name in COMPILED:
+        setattr(ops, name, counting(name, getattr(ops, name)))
+
+    stub = ctypes.CDLL("libcuda.so.1") if args.stub else None
+
+    def live() -> int | None:
+        return int(stub.stub_live()) if stub is not None else None
+
+    dev = Device(0)
+    dev.set_current()
+    before = live()
+    major, minor = dev.compute_capability
+    module = dev.load_module(PTX.format(cc=f"{major}{minor}").encode())
+    kernel = module.get_kernel("empty")
+
+    # --- every hot operation, compiled ---
+    stream = dev.create_stream()
+    event = dev.create_event()
+    event.record(stream)
+    done = event.query()
+    buf = dev.allocate(256, stream=stream)
+    buf.close()
+    launch(stream, LaunchConfig(grid=1, block=1), kernel)
+    definition = GraphDefinition()
+    node = definition.empty()
+    for _ in range(15):
+        node = node.join()
+    nodes = len(definition.nodes)  # keys the fresh nodes: each Node once
+    stream.sync()
+    definition.close()
+    event.close()
+    stream.close()
+    check("every hot operation compiled", all(counts.values()), {k: v for k, v in counts.items() if not v})
+    check("event query answered", done in (True, False), done)
+    check("graph lists its 16 nodes", nodes == 16, nodes)
+
+    # --- the switch path (G2): another context current ---
+    other = Context.create(0)
+    previous = other.set_current()
+    try:
+        e2 = dev.create_event()
+        now = Context.current()
+        check("switch restores the caller's context", now == other, now)
+        check("switched event in the device's context", e2.context == dev.context, e2.context)
+        e2.close()
+    finally:
+        dev.set_current()
+        other.close()
+        del previous
+
+    # --- a fault plan over the real driver sees the call (Python path) ---
+    from cuguard.testing import inject
+
+    seen = dict(counts)
+    with inject("cuEventCreate", 2):
+        try:
+            dev.create_event()
+        except CUDAError as exc:
+            check("inject raises through the Python path", exc.code == 2 and exc.call == "cuEventCreate", exc)
+        else:
+            check("inject raises through the Python path", False, "no error")
+    check("no compiled call under the fault plan", counts["event_create"] == seen["event_create"], counts)
+
+    # --- a failure returned to the compiled function is raised (stub only) ---
+    if stub is not None:
+        for call, action in (
+            ("cuEventCreate", dev.create_event),
+            ("cuStreamCreate", dev.create_stream),
+        ):
+            stub.stub_fail(call.encode(), 2)
+            n = live()
+            try:
+                action()
+            except CUDAError as exc:
+                check(f"{call} failure raised", exc.code == 2 and exc.call == call and live() == n, exc)
+            else:
+                check(f"{call} failure raised", False, "no error")
+        s2 = dev.create_stream()
+        stub.stub_fail(b"cuMemAllocAsync", 2)
+        try:
+            dev.allocate(64, stream=s2)
+        except CUDAError as exc:
+            check("cuMemAllocAsync failure raised", exc.call == "cuMemAllocAsync", exc)
+        else:
+            check("cuMemAllocAsync failure raised", False, "no error")
+        e3 = dev.create_event()
+        stub.stub_fail(b"cuEventRecord", 1)
+        try:
+            e3.record(s2)
+        except CUDAError as exc:
+            check("cuEventRecord failure raised", exc.call == "cuEventRecord" and exc.code == 1, exc)
+        else:
+            check("cuEventRecord failure raised", False, "no error")
+        stub.stub_fail(b"cuEventDestroy", 1)
+        try:
+            e3.close()
+        except CUDAError as exc:
+            check("cuEventDestroy failure raised, event leaked", exc.call == "cuEventDestroy" and e3.closed, exc)
+        else:
+            check("cuEventDestroy failure raised, event leaked", False, "no error")
+        s2.close()
+
+    # --- disable(): Python again ---
+    fastpath.disable()
+    seen = dict(counts)
+    with dev.create_stream() as s3, dev.create_event() as e4:
+        e4.record(s3)
+        e4.query()
+    check("disable() sends every call to Python", counts == seen, counts)
+    fastpath.enable()
+    check("enable() turns it on again", fastpath.enabled(), fastpath.status())
+    with dev.create_event():
+        pass
+    check("compiled again after enable()", counts["event_create"] > seen["event_create"], counts)
+
+    module.close()
+    report["compiled_calls"] = counts
+    report["driver"] = repr(driver)
+    if stub is not None:
+        # One event was leaked on purpose above (its destroy failed).
+        check("nothing else left behind", live() == (before or 0) + 1, (before, live()))
+    return _finish(report, args.out)
+
+
+def _finish(report: dict[str, Any], out: Path | None) -> int:
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
+    return 1 if report["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
