@@ -26,11 +26,11 @@ if [ ! -f "$BUILD/_native$SUFFIX" ]; then
 fi
 cp "$BUILD/_native$SUFFIX" "$P/fastpath/src/cuguard/fastpath/"
 rc=0
-PYTHONPATH=$LAYERS:$P/fastpath/src timeout 120 "$PY" packages/fastpath/tests/scenario.py \
+PYTHONPATH=$LAYERS:$P/fastpath/src timeout 60 "$PY" packages/fastpath/tests/scenario.py \
     --out "$OUT/fastpath-smoke-gpu.json" > "$OUT/fastpath-smoke-gpu.txt" 2>&1 || rc=1
-PYTHONPATH=$LAYERS:$P/fastpath/src timeout 240 "$PY" benchmarks/overhead.py --quick \
+PYTHONPATH=$LAYERS:$P/fastpath/src timeout 200 "$PY" benchmarks/overhead.py --quick \
     --out "$OUT/overhead-gpu-fastpath-quick.json" > "$OUT/overhead-gpu-fastpath-quick.txt" 2>&1 || rc=1
-PYTHONPATH=$LAYERS timeout 200 "$PY" benchmarks/overhead.py --quick \
+PYTHONPATH=$LAYERS timeout 150 "$PY" benchmarks/overhead.py --quick \
     --out "$OUT/overhead-gpu-pure-quick.json" > "$OUT/overhead-gpu-pure-quick.txt" 2>&1 || rc=1
 tail -n 20 "$OUT/overhead-gpu-fastpath-quick.txt"
 grep -E '"(status|failures)"' "$OUT/fastpath-smoke-gpu.json" 2>/dev/null
