@@ -119,20 +119,23 @@ SCENARIOS: dict[str, str] = {
         from cuguard.resources import Device
         held = Device(0)
         held.allocate(256).close()
-        def run(fn, n=1000):
-            best = None
-            for _ in range(3):
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                dt = (time.perf_counter() - t0) / n
-                best = dt if best is None else min(best, dt)
-            return best
+        def batch(fn, n):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            return (time.perf_counter() - t0) / n
+        def pair(held_fn, temporary_fn, rounds=10, n=100):
+            # 1,000 calls each, interleaved batch by batch so that drift hits both alike; medians.
+            held_times, temporary_times = [], []
+            for _ in range(rounds):
+                held_times.append(batch(held_fn, n))
+                temporary_times.append(batch(temporary_fn, n))
+            return sorted(held_times)[rounds // 2], sorted(temporary_times)[rounds // 2]
         results = {}
-        results["allocate_held_us"] = run(lambda: held.allocate(256).close()) * 1e6
-        results["allocate_temporary_us"] = run(lambda: Device(0).allocate(256).close()) * 1e6
-        results["create_stream_held_us"] = run(lambda: held.create_stream().close()) * 1e6
-        results["create_stream_temporary_us"] = run(lambda: Device(0).create_stream().close()) * 1e6
+        a_held, a_temp = pair(lambda: held.allocate(256).close(), lambda: Device(0).allocate(256).close())
+        s_held, s_temp = pair(lambda: held.create_stream().close(), lambda: Device(0).create_stream().close())
+        results["allocate_held_us"], results["allocate_temporary_us"] = a_held * 1e6, a_temp * 1e6
+        results["create_stream_held_us"], results["create_stream_temporary_us"] = s_held * 1e6, s_temp * 1e6
         results["allocate_ratio"] = results["allocate_temporary_us"] / results["allocate_held_us"]
         results["create_stream_ratio"] = results["create_stream_temporary_us"] / results["create_stream_held_us"]
         results["ok"] = results["allocate_ratio"] <= 1.10 and results["create_stream_ratio"] <= 1.10

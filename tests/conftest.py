@@ -115,7 +115,7 @@ def image(dev: Device, is_sim: bool) -> bytes:
     if is_sim:
         return KERNELS_PTX
     major, minor = dev.compute_capability
-    return Program(KERNELS_CU, options=[f"-arch=sm_{major}{minor}"]).compile("cubin")
+    return Program(KERNELS_CU, options=[f"-arch=sm_{major}{minor}"]).compile("cubin").code
 
 
 @pytest.fixture

@@ -53,6 +53,15 @@ def _clean(drv: Any) -> None:
         assert drv.dangling == []
 
 
+def _no_failed_calls(log: Any) -> bool:
+    """Nothing failed: every call succeeded, except the parameter query past a kernel's last parameter.
+
+    Without ``cuFuncGetParamCount`` (a CUDA 13.0 driver, cuda-bindings 12) the end of a
+    kernel's parameter list is found by a ``cuFuncGetParamInfo`` that fails on purpose.
+    """
+    return all(c.status == 0 or c.name == "cuFuncGetParamInfo" for c in log)
+
+
 def _null() -> Any:
     return CUcontext(0)
 
@@ -484,7 +493,7 @@ def test_cycle_of_a_context_and_its_graphs_destroys_the_context_last(
     assert sorted(names) == ["cuCtxDestroy", "cuGraphDestroy", "cuGraphExecDestroy", "cuModuleUnload"]
     assert names[-1] == "cuCtxDestroy"
     assert [int(c.args[0]) for c in log if c.name == "cuCtxDestroy"] == [ctx_handle]
-    assert all(c.status == 0 for c in log)
+    assert _no_failed_calls(log)
     assert unraisable == []
     _clean(cuguard_driver)
 
@@ -534,7 +543,7 @@ def test_cycle_of_primary_context_graphs_releases_them_and_keeps_the_context(
     names = [c.name for c in log]
     assert "cuDevicePrimaryCtxRelease" not in names
     assert "cuCtxDestroy" not in names
-    assert all(c.status == 0 for c in log)
+    assert _no_failed_calls(log)
     assert unraisable == []
     assert not dev.context.closed
     _clean(cuguard_driver)

@@ -79,6 +79,15 @@ def _clean(drv: Any) -> None:
         assert drv.dangling == []
 
 
+def _no_failed_calls(log: Any) -> bool:
+    """Nothing failed: every call succeeded, except the parameter query past a kernel's last parameter.
+
+    Without ``cuFuncGetParamCount`` (a CUDA 13.0 driver, cuda-bindings 12) the end of a
+    kernel's parameter list is found by a ``cuFuncGetParamInfo`` that fails on purpose.
+    """
+    return all(c.status == 0 or c.name == "cuFuncGetParamInfo" for c in log)
+
+
 def _live_handles(drv: Any) -> set[int]:
     if isinstance(drv, SimulatedDriver):
         return {o.handle for o in drv.live_objects()}
@@ -796,7 +805,7 @@ def test_cycle_of_a_context_and_its_resources_releases_the_context_last(
         [("cuModuleUnload", module_handle), ("cuEventDestroy", event_handle), ("cuCtxDestroy", ctx_handle)]
     )
     assert released[-1] == ("cuCtxDestroy", ctx_handle)
-    assert all(c.status == 0 for c in log)
+    assert _no_failed_calls(log)
     assert unraisable == []  # nothing reported as leaked
     _clean(cuguard_driver)
 
@@ -849,7 +858,7 @@ def test_cycle_of_primary_context_resources_is_released_and_the_context_kept(
     names = [c.name for c in log]
     assert "cuDevicePrimaryCtxRelease" not in names
     assert "cuCtxDestroy" not in names
-    assert all(c.status == 0 for c in log)
+    assert _no_failed_calls(log)
     assert unraisable == []
     assert not device.context.closed
     if isinstance(cuguard_driver, SimulatedDriver):

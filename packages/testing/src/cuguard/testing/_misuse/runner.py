@@ -30,6 +30,7 @@ from typing import Any
 
 from cuguard.testing._misuse.checks import MisuseViolation
 from cuguard.testing._misuse.machine import Sink, hypothesis_available, run_hypothesis, run_random
+from cuguard.testing._misuse.session import Session
 
 __all__ = ["MisuseResult", "main", "run_misuse_sweep"]
 
@@ -192,6 +193,10 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
+#: How many last lines of a crashed example's stderr are kept: its last steps, then where it died.
+CRASH_LINES = 24
+
+
 def _run_isolated(  # noqa: PLR0917
     driver: str,
     examples: int,
@@ -236,8 +241,10 @@ def _run_isolated(  # noqa: PLR0917
             if not out.exists():
                 result.crashes += 1
                 how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-                tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
-                result.crash_details.append(f"example {i}: {how}: {' | '.join(tail)}")
+                tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-CRASH_LINES:]
+                result.crash_details.append(f"example {i}: {how}:\n    " + "\n    ".join(tail))
+                if progress is not None:
+                    progress(f"example {i + 1}/{examples} crashed: {result.crash_details[-1]}")
                 continue
             data = json.loads(out.read_text("utf-8"))
             result.steps += int(data["steps"])
@@ -259,6 +266,7 @@ def _run_isolated(  # noqa: PLR0917
 
 def _child(args: argparse.Namespace) -> int:
     """One example in this process; writes ``{"steps", "violations"}`` as JSON."""
+    Session.echo = sys.stderr  # the parent shows the last steps of an example that crashed
     sink = Sink(args.driver)
     run_random(
         sink,

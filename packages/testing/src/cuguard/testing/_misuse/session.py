@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from cuguard.errors import CUDAWarning
 from cuguard.testing._faults import DriverCall, FaultPlan, FaultProxy, left_behind
@@ -84,6 +84,9 @@ class Outcome:
 
 class Session:
     """One example of the misuse sweep (see the module docstring)."""
+
+    #: Where each step is written as it happens (an isolated example's stderr: a crash's last steps).
+    echo: TextIO | None = None
 
     def __init__(self, driver: str, chooser: Chooser, example: int = 0, *, callbacks_calling_cuguard: bool = True):
         if driver not in ("sim", "real"):
@@ -274,6 +277,9 @@ class Session:
 
     def note(self, line: str) -> None:
         self.trace.append(f"{self.steps:3}: {line}")
+        if self.echo is not None:
+            self.echo.write(f"{self.steps:3}: {line}\n")
+            self.echo.flush()
 
     # --- one call under the checks --------------------------------------------------------------
 
@@ -317,6 +323,9 @@ class Session:
         with proxy._lock:
             proxy.recorders.append(log)
             proxy._refresh()
+        if self.echo is not None:  # said before the call: a call that kills the process is the last line
+            self.echo.write(f"{self.steps:3}: calling {desc}{'    # under ' + fault_desc if fault_desc else ''}\n")
+            self.echo.flush()
         try:
             if fault is not None:
                 with fault() as plan:

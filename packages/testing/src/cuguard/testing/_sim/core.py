@@ -952,6 +952,7 @@ class SimCore:
         ctx = self._primary[self._device(dev)]
         if ctx.refcount == 0:
             self._activate(ctx)
+        ctx.reset = False
         ctx.refcount += 1
         self._add_live("context", ctx.handle, None, "cuDevicePrimaryCtxRetain", ctx.refcount)
         return (SUCCESS, cb.CUcontext(ctx.handle))
@@ -973,6 +974,7 @@ class SimCore:
             if ctx.refcount == 0:
                 self._drop_live(ctx.handle)
                 self._teardown(ctx)
+                ctx.flags = 0  # the H200 forgets the flags with the context (differential scenario)
             else:
                 self._add_live("context", ctx.handle, None, "cuDevicePrimaryCtxRetain", ctx.refcount)
         return OK
@@ -1091,6 +1093,7 @@ class SimCore:
 
     @api(2)
     def cuCtxGetStreamPriorityRange(self) -> tuple[Any, ...]:
+        self._require_ctx()  # CUDA_ERROR_INVALID_CONTEXT with none current, as on the H200
         return (SUCCESS, 0, -5)
 
     @api(0, locked=False)
@@ -1365,6 +1368,8 @@ class SimCore:
     @api(1)
     def cuMemAllocAsync(self, bytesize: int, hStream: Any) -> tuple[Any, ...]:
         st = self._stream(hStream, "cuMemAllocAsync")
+        if int(bytesize) == 0:
+            return (SUCCESS, cb.CUdeviceptr(0))  # nothing allocated, NULL returned (as on the H200)
         alloc = self._new_device_alloc(int(bytesize), st.ctx, st.ctx.device, "cuMemAllocAsync")
         self._enqueue(st, "cuMemAllocAsync", None)
         return (SUCCESS, cb.CUdeviceptr(alloc.base))

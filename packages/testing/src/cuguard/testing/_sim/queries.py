@@ -87,15 +87,19 @@ class SimQueries(SimCore):
 
     @api(2)
     def cuDevicePrimaryCtxGetState(self, dev: Any) -> tuple[Any, ...]:
-        """``(status, flags, active)``: the flags, and 1 while the primary context is retained."""
+        """``(status, flags, active)``: the flags, and 1 while the primary context is retained.
+
+        As on the H200: a reset leaves a retained primary context reported inactive until it is
+        retained again.
+        """
         ctx = self._primary[self._device(dev)]
-        return (SUCCESS, ctx.flags, int(ctx.refcount > 0))
+        return (SUCCESS, ctx.flags, int(ctx.refcount > 0 and not ctx.reset))
 
     @api(0)
     def cuDevicePrimaryCtxSetFlags(self, dev: Any, flags: int) -> tuple[Any, ...]:
         """Set the primary context's flags, also while it is active (as the 13.x driver documents).
 
-        The flags outlive releases and resets of the primary context.
+        The flags outlive resets; the release of the last retain forgets them (as on the H200).
         """
         ctx = self._primary[self._device(dev)]
         if not context_flags_valid(int(flags)):
@@ -111,7 +115,8 @@ class SimQueries(SimCore):
         :meth:`live_objects`, not reported as a leak); using any of it
         afterwards is using a resource of a destroyed context. A retained
         primary context stays retained and usable, with the same handle and
-        flags; one that is not retained is left as it is.
+        flags, and is reported inactive until it is retained again (as on the
+        H200); one that is not retained is left as it is.
         """
         with self._lock:
             ctx = self._primary[self._device(dev)]
@@ -120,11 +125,14 @@ class SimQueries(SimCore):
             if ctx.refcount > 0:
                 self._teardown(ctx)
                 self._activate(ctx)
+                ctx.reset = True
         return OK
 
     @api(1)
     def cuCtxGetFlags(self) -> tuple[Any, ...]:
-        return (SUCCESS, self._require_ctx().flags)
+        ctx = self._require_ctx()
+        # A primary context always maps host memory (CU_CTX_MAP_HOST), as the H200 reports.
+        return (SUCCESS, ctx.flags | 8 if ctx.primary else ctx.flags)
 
     # --- devices ---------------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ class Ctx:
     null: Stream | None = None
     owned: set[int] = field(default_factory=set)
     flags: int = 0  # cuCtxCreate's flags; for a primary context, cuDevicePrimaryCtxSetFlags's
+    reset: bool = False  # a primary context reset since its last retain: reported inactive (as on the H200)
 
     def alive(self, gen: int) -> bool:
         return not self.destroyed and self.gen == gen
