@@ -444,3 +444,12 @@ def test_graph_add_kernel_node_without_context(drv: SimulatedDriver) -> None:
     assert drv.cuCtxSetCurrent(cb.CUcontext(0)) == (OK,)
     crashes(drv, lambda: drv.cuGraphAddKernelNode(g, None, 0, params), "cuGraphAddKernelNode")
     assert drv.cuCtxSetCurrent(ctx) == (OK,)
+
+
+def test_device_name_into_an_empty_buffer_crashes(drv: SimulatedDriver) -> None:
+    # On the H200, cuDeviceGetName(0, dev) through cuda-bindings died of SIGSEGV (the driver wrote
+    # the name into a buffer of no bytes); 64 bytes give the name.
+    err, raw = drv.cuDeviceGetName(64, 0)
+    assert err == OK
+    assert raw.startswith(b"NVIDIA H200")
+    crashes(drv, lambda: drv.cuDeviceGetName(0, 0), "cuDeviceGetName")

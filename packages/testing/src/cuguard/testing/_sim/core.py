@@ -882,7 +882,10 @@ class SimCore:
         ordinal = self._device(dev)
         name = b"NVIDIA H200 (simulated %d)" % ordinal
         length = int(length)
-        if length <= 0:
+        if length == 0:
+            # The H200's driver writes the name into cuda-bindings' empty buffer: SIGSEGV.
+            raise self._crash("cuDeviceGetName", "a name buffer of 0 bytes (the real driver writes past it)")
+        if length < 0:
             raise Status(INVALID_VALUE)
         raw = (name[: length - 1] + b"\0").ljust(length, b" ")
         return (SUCCESS, raw)
