@@ -37,7 +37,9 @@ def attribute_faults(enabled: bool = True) -> Iterator[None]:
 
     Process-wide, like the installed driver: launches from every thread are
     attributed while the block runs. The previous setting comes back on exit,
-    also when the block raises. Never raises itself.
+    also when the block raises. Never raises itself. Each attributed launch
+    waits for its kernel (an empty kernel's launch went from 6.4 to 11.5 µs
+    on an H200), so keep it for finding a fault.
     """
     with _lock:
         previous = ON[0]
