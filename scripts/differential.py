@@ -471,93 +471,65 @@ def user_object_destructor_timing(d: Any) -> Obs:
     return [after_graph, after_exec]
 
 
-def _destructors_after_the_launch(calls: list[str]) -> int:
-    """How many destructors have run once the launch is done, waiting up to 5 s for them.
+def _user_object_in_flight(d: Any, host_node: bool) -> Obs:
+    """Whether an executable graph destroyed while a launch of it has not run yet keeps its user objects.
 
-    The H200 runs the destructor of a user object an executable graph held on a thread of
-    its own some time after the launch completed, not before the synchronization returns.
+    W5: what a graph uses must outlive every launch of it. A host function waiting on a gate
+    holds the launch back: queued before the launch on the same stream (``host_node=False``)
+    or a host node of the graph itself. It looks, once let go, at how many destructors had
+    run by then; the last figure is how many ran once the launch was done (the H200 runs the
+    destructor on a thread of its own some time after the synchronization returns, so this
+    waits up to 5 s for it).
     """
-    deadline = time.monotonic() + 5
-    while not calls and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return len(calls)
+    calls: list[str] = []
+    gate = threading.Event()
+    seen: list[int] = []
+    thunk = _HOSTFN(lambda _p: calls.append("destroyed"))
+
+    def wait_then_look(_p: Any) -> None:
+        gate.wait(10)
+        seen.append(len(calls))
+
+    blocker = _HOSTFN(wait_then_look)
+    blocker_fn = B.CUhostFn(ctypes.cast(blocker, ctypes.c_void_p).value)
+    out: Obs = []
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(ctypes.cast(thunk, ctypes.c_void_p).value), 1, 1))
+        g = ok(d.cuGraphCreate(0))
+        if host_node:
+            params = B.CUDA_HOST_NODE_PARAMS()
+            params.fn = blocker_fn
+            params.userData = 0
+            ok(d.cuGraphAddHostNode(g, None, 0, params))
+        else:
+            ok(d.cuGraphAddEmptyNode(g, None, 0))
+            out.append(name(d.cuLaunchHostFunc(s, blocker_fn, 0)[0]))
+        d.cuGraphRetainUserObject(g, obj, 1, 1)  # move our reference into the graph
+        exe = ok(d.cuGraphInstantiate(g, 0))
+        d.cuGraphDestroy(g)
+        out += [name(d.cuGraphLaunch(exe, s)[0]), name(d.cuGraphExecDestroy(exe)[0]), len(calls)]
+        time.sleep(0.2)  # a destructor the driver runs on its own thread has had time to run
+        out.append(len(calls))
+        gate.set()
+        out += [name(d.cuStreamSynchronize(s)[0]), seen]
+        d.cuCtxSynchronize()
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out.append(len(calls))
+        d.cuStreamDestroy(s)
+    return out
 
 
 @scenario
 def user_object_held_by_a_launch_in_flight(d: Any) -> Obs:
-    # Whether an executable graph destroyed while a launch of it is still queued (behind a host
-    # function that waits on a gate) keeps its user objects until that launch has run (W5: the
-    # memory and callbacks a graph uses must outlive every launch). Observed from the host
-    # function itself, which runs before the launch: how many destructors had run by then.
-    calls: list[str] = []
-    gate = threading.Event()
-    seen: list[int] = []
-    thunk = _HOSTFN(lambda _p: calls.append("destroyed"))
-    address = ctypes.cast(thunk, ctypes.c_void_p).value
-
-    def wait_then_look(_p: Any) -> None:
-        gate.wait(10)
-        seen.append(len(calls))
-
-    blocker = _HOSTFN(wait_then_look)
-    blocker_address = ctypes.cast(blocker, ctypes.c_void_p).value
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(address), 1, 1))
-        g, _ = _graph_with(d, 1)
-        d.cuGraphRetainUserObject(g, obj, 1, 1)  # move our reference into the graph
-        exe = ok(d.cuGraphInstantiate(g, 0))
-        d.cuGraphDestroy(g)
-        out = [name(d.cuLaunchHostFunc(s, B.CUhostFn(blocker_address), 0)[0])]
-        out.append(name(d.cuGraphLaunch(exe, s)[0]))
-        out.append(name(d.cuGraphExecDestroy(exe)[0]))
-        out.append(len(calls))  # right after the destroy, the launch still queued
-        time.sleep(0.2)  # a destructor the driver runs on its own thread has had time to run
-        out.append(len(calls))
-        gate.set()
-        out.append(name(d.cuStreamSynchronize(s)[0]))
-        out.append(seen)
-        d.cuCtxSynchronize()
-        out.append(_destructors_after_the_launch(calls))
-        d.cuStreamDestroy(s)
-    return out
+    return _user_object_in_flight(d, host_node=False)
 
 
 @scenario
 def user_object_held_while_its_host_node_runs(d: Any) -> Obs:
-    # As above, with the waiting host function a host node of the graph itself.
-    calls: list[str] = []
-    gate = threading.Event()
-    seen: list[int] = []
-    thunk = _HOSTFN(lambda _p: calls.append("destroyed"))
-    address = ctypes.cast(thunk, ctypes.c_void_p).value
-
-    def wait_then_look(_p: Any) -> None:
-        gate.wait(10)
-        seen.append(len(calls))
-
-    blocker = _HOSTFN(wait_then_look)
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(address), 1, 1))
-        g = ok(d.cuGraphCreate(0))
-        params = B.CUDA_HOST_NODE_PARAMS()
-        params.fn = B.CUhostFn(ctypes.cast(blocker, ctypes.c_void_p).value)
-        params.userData = 0
-        ok(d.cuGraphAddHostNode(g, None, 0, params))
-        d.cuGraphRetainUserObject(g, obj, 1, 1)
-        exe = ok(d.cuGraphInstantiate(g, 0))
-        d.cuGraphDestroy(g)
-        out = [name(d.cuGraphLaunch(exe, s)[0]), name(d.cuGraphExecDestroy(exe)[0]), len(calls)]
-        time.sleep(0.2)
-        out.append(len(calls))
-        gate.set()
-        out.append(name(d.cuStreamSynchronize(s)[0]))
-        out.append(seen)
-        d.cuCtxSynchronize()
-        out.append(_destructors_after_the_launch(calls))
-        d.cuStreamDestroy(s)
-    return out
+    return _user_object_in_flight(d, host_node=True)
 
 
 @scenario
