@@ -49,6 +49,7 @@ __all__ = [
     "install_driver",
     "installed_driver",
     "on_driver_change",
+    "on_route_change",
     "real_driver",
     "record_sticky_fault",
     "use_driver",
@@ -122,6 +123,8 @@ def _resolve_default() -> None:
         _choice_pending = False
         if made is not None and _active is None:
             install_driver(made)
+        else:
+            _reroute()
 
 
 _choice_lock = threading.RLock()
@@ -155,6 +158,7 @@ def real_driver() -> Any:
                     "installed), or use cuguard.testing.simulated_driver() in code"
                 ) from None
             _real = module
+    _reroute()
     return _real
 
 
@@ -221,12 +225,60 @@ def callbacks_started() -> None:
     with _callbacks_lock:
         _callbacks_running[0] += 1
         driver.__dict__.clear()
+        if _callbacks_running[0] == 1:
+            _reroute()
 
 
 def callbacks_ended() -> None:
     """A CUDA callback stopped running."""
     with _callbacks_lock:
         _callbacks_running[0] -= 1
+        if not _callbacks_running[0]:
+            _reroute()
+
+
+# Told whether calls go straight to the real bindings (see on_route_change).
+_route_listeners: list[Callable[[bool], None]] = []
+_route_lock = threading.RLock()
+_direct = [False]
+
+
+def _routed_direct() -> bool:
+    return (
+        _real is not None
+        and not _choice_pending
+        and (_active is None or _active is _real)
+        and not _callbacks_running[0]
+    )
+
+
+def _reroute() -> None:
+    """Tell the route listeners when whether calls go straight to the real bindings changed."""
+    with _route_lock:
+        direct = _routed_direct()
+        if direct is _direct[0]:
+            return
+        _direct[0] = direct
+        for listener in list(_route_listeners):
+            listener(direct)
+
+
+def on_route_change(listener: Callable[[bool], None]) -> None:
+    """Call ``listener(direct)`` now and whenever ``direct`` changes.
+
+    ``direct`` is true while every seam call goes straight to the real
+    ``cuda.bindings.driver`` functions: the real driver is loaded, the active
+    driver is it (no simulator, fault plan, ``record_calls`` or other wrapper
+    installed) and no CUDA callback is running (where the seam refuses calls,
+    O5). For the compiled fast path: the layers use it only while ``direct``,
+    with one flag read instead of comparing the seam's functions on each call.
+    A listener must not raise and must not call any driver; it may be called
+    on a driver thread (when a callback starts or ends).
+    """
+    with _route_lock:
+        _route_listeners.append(listener)
+        direct = _direct[0]
+        listener(direct)
 
 
 def active_driver() -> Any:
@@ -271,6 +323,7 @@ def install_driver(new: Any) -> Any:
         driver.__dict__.clear()
         changed = _token is not old_token
         listeners = list(_listeners) if changed else []
+    _reroute()
     for listener in listeners:
         listener(_token)
     return previous

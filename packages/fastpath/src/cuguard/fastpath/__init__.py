@@ -9,9 +9,9 @@ statuses and the layers raise, exactly as on the Python path.
 
 When it is used
 ---------------
-- Only while the driver behind cuguard's seam is the real ``cuda.bindings.driver``:
-  the layers compare, on each call, the seam's function with the real
-  bindings' function of the same name. Under the simulated driver, a fault
+- Only while the driver behind cuguard's seam is the real ``cuda.bindings.driver``
+  itself: the seam tells the layers when that changes (its ``on_route_change``),
+  and they read one flag per call. Under the simulated driver, a fault
   plan, ``record_calls`` or any other installed driver, and inside CUDA
   callbacks (where the seam refuses calls, O5), every call takes the Python
   path, so those see every driver call exactly as without this package.
@@ -59,9 +59,10 @@ REPLACED = (
 class FastOps:
     """What a layer gets while the fast path is on: the compiled functions and the real bindings' functions.
 
-    A layer uses a compiled function only while the seam's function of the call
-    it replaces *is* the real one (``driver.cuEventCreate is ops.cuEventCreate``):
-    then the call would have gone to the real driver anyway.
+    A layer uses a compiled function only while the seam routes every call
+    straight to the real bindings (no wrapper installed, no callback running):
+    then the call would have gone to the real driver anyway. ``event_create``
+    gives the event's address as an int (the layers make the ``CUevent`` on demand).
     """
 
     # The real cuda-bindings functions (identity checks against the seam).

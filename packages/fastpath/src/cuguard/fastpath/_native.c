@@ -141,6 +141,23 @@ made(PyObject *type, void *value)
     return result;
 }
 
+/* (0, address as an int): for handles the layers keep as ints (events), the bindings' type made on demand. */
+static PyObject *
+made_int(void *value)
+{
+    PyObject *number = PyLong_FromVoidPtr(value);
+    if (number == NULL)
+        return NULL;
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(number);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, PyLong_FromLong(0));
+    PyTuple_SET_ITEM(result, 1, number);
+    return result;
+}
+
 static PyObject *
 not_ready(void)
 {
@@ -209,7 +226,8 @@ fp_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return problems;
 }
 
-/* Shared by event_create and stream_create: (0, handle) | (-1, current context as int) | (status, call). */
+/* Shared by event_create and stream_create: (0, handle) | (-1, current context as int) | (status, call).
+ * `type` NULL: the handle is returned as an int (its address). */
 static PyObject *
 create_in(PyObject *const *args, Py_ssize_t nargs, create_t create, PyObject *type, PyObject *call, int release_gil)
 {
@@ -245,13 +263,13 @@ create_in(PyObject *const *args, Py_ssize_t nargs, create_t create, PyObject *ty
     }
     if (err)
         return failed(err, call);
-    return made(type, handle);
+    return type == NULL ? made_int(handle) : made(type, handle);
 }
 
 static PyObject *
 fp_event_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    return create_in(args, nargs, p_cuEventCreate, t_event, n_event_create, 0);
+    return create_in(args, nargs, p_cuEventCreate, NULL, n_event_create, 0); /* the event's address, an int */
 }
 
 static PyObject *

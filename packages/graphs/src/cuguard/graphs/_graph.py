@@ -546,7 +546,7 @@ def _order(node: Node) -> int:
 _new_node = object.__new__
 _NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
 
-# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None.
+# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None.
 _fp: Any = None
 
 
@@ -1234,7 +1234,7 @@ class GraphDefinition(_Collected):
             handles = None
         self._version += 1
         fp = _fp
-        if fp is not None and count < 2 and driver.cuGraphAddEmptyNode is fp.cuGraphAddEmptyNode:
+        if fp is not None and count < 2:
             # Compiled: one dependency (or none) straight to the driver; the status back, raised here.
             err, handle = fp.graph_add_empty(self._handle, handles[0] if handles else None)
         else:

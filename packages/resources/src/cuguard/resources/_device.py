@@ -58,7 +58,7 @@ def _ctx_sync() -> None:
 
 
 _new = object.__new__
-# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
@@ -328,11 +328,7 @@ class Device:
         flags = 1 if non_blocking else 0
         if priority is None and not context._closed:
             fp = _fp
-            if (
-                fp is not None
-                and driver.cuCtxGetCurrent is fp.cuCtxGetCurrent
-                and driver.cuStreamCreate is fp.cuStreamCreate
-            ):
+            if fp is not None:
                 # Compiled: the context check and the create in one call (statuses back; raised here).
                 err, handle = fp.stream_create(context._int, flags)
                 current = handle if err == -1 else None  # -1: another context is current (an int)
@@ -391,11 +387,7 @@ class Device:
         if not context._closed:
             flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
             fp = _fp
-            if (
-                fp is not None
-                and driver.cuCtxGetCurrent is fp.cuCtxGetCurrent
-                and driver.cuEventCreate is fp.cuEventCreate
-            ):
+            if fp is not None:
                 # Compiled: the context check and the create in one call (statuses back; raised here).
                 err, handle = fp.event_create(context._int, flags)
                 current = handle if err == -1 else None  # -1: another context is current (an int)
@@ -452,7 +444,7 @@ class Device:
                 stream._check_open()
                 raise context._refusal()
             fp = _fp
-            if fp is not None and driver.cuMemAllocAsync is fp.cuMemAllocAsync:
+            if fp is not None:
                 err, ptr = fp.mem_alloc_async(size, stream._handle)  # compiled: the status back, raised here
             else:
                 err, ptr = driver.cuMemAllocAsync(size, stream._handle)

@@ -16,7 +16,7 @@ from cuguard.resources._stream import Stream, as_stream, driver_types
 
 __all__ = ["Buffer", "PinnedBuffer"]
 
-# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
@@ -366,7 +366,7 @@ class Buffer(Resource):
             stream = self._stream
         if stream is not None and not stream._closed:
             fp = _fp
-            if fp is not None and driver.cuMemFreeAsync is fp.cuMemFreeAsync:
+            if fp is not None:
                 err = fp.mem_free_async(self._handle, stream._handle)  # compiled: the status back, raised here
             else:
                 (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)

@@ -33,7 +33,7 @@ from cuguard.resources._stream import Stream, as_stream
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "launch"]
 
-# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
@@ -462,7 +462,7 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         del keep
     else:
         fp = _fp
-        if fp is not None and type(params) is int and driver.cuLaunchKernel is fp.cuLaunchKernel:
+        if fp is not None and type(params) is int:
             # Compiled: the packed parameter block's address goes straight to the driver; the status back.
             err = fp.launch(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params)
         else:

@@ -72,7 +72,7 @@ def _drain_host_callbacks() -> None:
                 report(err, "cuStreamSynchronize", stream._handle, "its pending host callbacks may never run")
 
 
-# The compiled fast path's operations while it is on (cuguard-fastpath installed), else None (see _fast).
+# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
@@ -146,7 +146,7 @@ class Stream(Resource):
         if not self._owned:
             return
         fp = _fp
-        if fp is not None and driver.cuStreamDestroy is fp.cuStreamDestroy:
+        if fp is not None:
             err = fp.stream_destroy(self._handle)  # compiled: the status back, raised here
         else:
             (err,) = driver.cuStreamDestroy(self._handle)
@@ -248,8 +248,9 @@ class Stream(Resource):
         released again, also on failure). Anything else raises ``TypeError``.
         """
         if isinstance(other, Event):
-            handle, hevent = self.handle, other.handle
-            (err,) = driver.cuStreamWaitEvent(handle, hevent, 0)
+            handle = self.handle
+            other._check_open()
+            (err,) = driver.cuStreamWaitEvent(handle, other._handle, 0)
             if err:
                 raise_status(err, "cuStreamWaitEvent")
             return
@@ -363,12 +364,26 @@ class Event(Resource):
             return
         self._closed = True
         fp = _fp
-        if fp is not None and driver.cuEventDestroy is fp.cuEventDestroy:
+        if fp is not None:
             err = fp.event_destroy(self._handle)  # compiled: the status back, raised here
         else:
             (err,) = driver.cuEventDestroy(self._handle)
         if err:
             self._release_failed(err, "cuEventDestroy")
+
+    @property
+    def handle(self) -> Any:
+        """The driver handle (a ``CUevent``).
+
+        Raises :class:`~cuguard.errors.ResourceClosedError` once closed, once
+        its context was destroyed, or while its driver is not installed.
+        """
+        if self._closed or self._context._closed:
+            self._check_open()
+        handle = self._handle
+        if type(handle) is int:  # the compiled fast path keeps the address: the bindings' type on demand
+            return driver_types().CUevent(handle)
+        return handle
 
     @property
     def timing(self) -> bool:
@@ -396,7 +411,7 @@ class Event(Resource):
             self._check_open()
             stream._check_open()
         fp = _fp
-        if fp is not None and driver.cuEventRecord is fp.cuEventRecord:
+        if fp is not None:
             err = fp.event_record(self._handle, stream._handle)  # compiled: the status back, raised here
         else:
             (err,) = driver.cuEventRecord(self._handle, stream._handle)
@@ -409,8 +424,9 @@ class Event(Resource):
         Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError`
         if the driver refuses; a kernel fault surfaces here as a sticky ``CUDAError``.
         """
-        handle = self.handle
-        (err,) = driver.cuEventSynchronize(handle)
+        if self._closed or self._context._closed:
+            self._check_open()
+        (err,) = driver.cuEventSynchronize(self._handle)
         if err:
             raise_status(err, "cuEventSynchronize")
 
@@ -419,7 +435,7 @@ class Event(Resource):
         if self._closed or self._context._closed:
             self._check_open()
         fp = _fp
-        if fp is not None and driver.cuEventQuery is fp.cuEventQuery:
+        if fp is not None:
             err = fp.event_query(self._handle)  # compiled: the status back, raised here
         else:
             (err,) = driver.cuEventQuery(self._handle)
@@ -436,8 +452,9 @@ class Event(Resource):
         :class:`~cuguard.errors.CUDAError`) for unrecorded or non-timing events.
         """
         start = _event_arg(start, "start")
-        hstart, hend = start.handle, self.handle
-        err, ms = driver.cuEventElapsedTime(hstart, hend)
+        start._check_open()
+        self._check_open()
+        err, ms = driver.cuEventElapsedTime(start._handle, self._handle)
         if err:
             raise_status(err, "cuEventElapsedTime")
         return float(ms)
