@@ -26,7 +26,14 @@ from cuguard.context import Context
 from cuguard.errors import ResourceClosedError, driver, flush_deferred
 from cuguard.graphs import Graph, GraphDefinition, Node
 from cuguard.resources import Device, LaunchConfig, Module, Stream
-from cuguard.testing import SimulatedDriver, leak_check, nothing_left_behind, record_calls, simulated_driver
+from cuguard.testing import (
+    SimulatedCrash,
+    SimulatedDriver,
+    leak_check,
+    nothing_left_behind,
+    record_calls,
+    simulated_driver,
+)
 
 COPIERS: dict[str, Callable[[Any], object]] = {
     "copy": copy.copy,
@@ -596,3 +603,45 @@ def test_a_definition_holding_memory_nodes_is_refused_as_a_child_before_the_driv
     assert [c.name for c in log] == []
     parent.close()
     child.close()
+
+
+@pytest.mark.contract("S2")
+@pytest.mark.parametrize("node", ["record", "wait"])
+def test_a_definition_whose_event_was_closed_is_refused_before_the_driver(
+    cuguard_driver: Any, dev: Device, node: str
+) -> None:
+    # On the H200, cuGraphInstantiate of an event node whose event was destroyed died of SIGSEGV
+    # (the misuse sweep found it); cloning and embedding copy the node, so they refuse too.
+    event = dev.create_event()
+    g = GraphDefinition(dev)
+    getattr(g, node)(event)
+    event.close()
+    parent = GraphDefinition(dev)
+    with record_calls() as log:
+        for use in (g.instantiate, g.clone, lambda: parent.embed(g)):
+            with pytest.raises(ResourceClosedError, match="which was closed"):
+                use()
+    assert [c.name for c in log if c.name.startswith("cuGraph")] == []  # nothing reached the driver's graphs
+    parent.close()
+    g.close()
+    _clean(cuguard_driver)
+
+
+@pytest.mark.contract("S2")
+def test_the_simulator_reports_instantiating_an_event_node_of_a_destroyed_event_as_a_crash(
+    sim: SimulatedDriver,
+) -> None:
+    sim.cuInit(0)
+    _, ctx = sim.cuDevicePrimaryCtxRetain(0)
+    sim.cuCtxSetCurrent(ctx)
+    _, event = sim.cuEventCreate(0)
+    _, graph = sim.cuGraphCreate(0)
+    assert sim.cuGraphAddEventWaitNode(graph, None, 0, event)[0] == 0
+    sim.cuEventDestroy(event)
+    with pytest.raises(SimulatedCrash):
+        sim.cuGraphInstantiate(graph, 0)
+    assert sim.misuse[-1].call == "cuGraphInstantiate"
+    sim.misuse.clear()
+    sim.cuGraphDestroy(graph)
+    sim.cuCtxSetCurrent(CUcontext(0))
+    sim.cuDevicePrimaryCtxRelease(0)

@@ -625,8 +625,17 @@ class _ArgumentBlock:
 
 
 def _check_owners(what: object, owners: dict[int, object], action: str) -> None:
-    """Refuse (O4) a definition whose nodes use an object whose context refuses use (destroyed, or stale)."""
+    """Refuse a definition whose nodes use a closed module or event (S2), or an object whose context refuses use (O4).
+
+    The driver would read the unloaded module or the destroyed event (an instantiate of an
+    event node of a destroyed event killed the process on an H200).
+    """
     for owner in owners.values():
+        if (type(owner) is Module or type(owner) is Event) and owner._closed:
+            raise ResourceClosedError(
+                f"{what!r} cannot be {action}: a node uses {owner!r}, which was closed "
+                "(the driver would reach an unloaded module or a destroyed event)"
+            )
         context = getattr(owner, "_context", None)
         if context is None:
             module = getattr(owner, "module", None)
@@ -1507,6 +1516,7 @@ class GraphDefinition(_Collected):
         child_handle = child.handle
         deps = self._deps(deps)  # a wrong kind of dependency is a TypeError before any rule of CUDA's (E3)
         child._check_no_memory_nodes("be embedded as a child graph")  # CUDA_ERROR_NOT_SUPPORTED on an H200
+        _check_owners(child, child._owners, "embedded")  # CUDA copies its nodes now (S2, O4)
         owners = list(child._owners.values())
         return self._add(
             "graph",
@@ -1530,6 +1540,7 @@ class GraphDefinition(_Collected):
         """
         self._check_open()
         self._check_no_memory_nodes("be cloned")
+        _check_owners(self, self._owners, "cloned")  # CUDA copies every node now (S2, O4)
         err, handle = driver.cuGraphClone(self._handle)
         if err:
             raise_status(err, "cuGraphClone")
@@ -1585,7 +1596,11 @@ class GraphDefinition(_Collected):
         Runs in the definition's context when it has one (switching only if
         needed, restoring the caller's). Creates nothing when it raises (G1).
         The executable graph keeps what the nodes use alive by itself: the
-        definition may be closed or changed afterwards.
+        definition may be closed or changed afterwards. Raises
+        ``ResourceClosedError`` before the driver when a module or event a node
+        uses was closed (the driver would read it: on an H200, instantiating an
+        event node of a destroyed event killed the process), or when a node
+        uses an object whose context was destroyed.
         """
         self._check_open()
         _check_owners(self, self._owners, "instantiated")

@@ -869,6 +869,12 @@ class SimGraphs(SimCore):
         graph = self._graph(hGraph, call)
         steps: list[tuple[Any, Any]] = []
         self._flatten(graph, steps)
+        for kind, spec in steps:
+            if kind in (T.CU_GRAPH_NODE_TYPE_EVENT_RECORD, T.CU_GRAPH_NODE_TYPE_WAIT_EVENT) and (
+                spec.destroyed or not spec.ctx.alive(spec.gen)
+            ):
+                # The H200's driver read the destroyed event and died of SIGSEGV (misuse sweep, seed 3).
+                raise self._crash(call, f"instantiating an event node of destroyed event {spec.handle:#x}", spec.handle)
         ctx = self._current()
         allocs = [spec for kind, spec in steps if kind == T.CU_GRAPH_NODE_TYPE_MEM_ALLOC]
         ex = Exec(
