@@ -194,8 +194,8 @@ _ATTRIBUTES: dict[str, int] = {
     "PCI_DOMAIN_ID": 0,
     "TCC_DRIVER": 0,
     "MEMORY_CLOCK_RATE": 2619000,
-    "GLOBAL_MEMORY_BUS_WIDTH": 6144,
-    "L2_CACHE_SIZE": 52428800,
+    "GLOBAL_MEMORY_BUS_WIDTH": 6016,  # as the H200 reports (differential device_queries)
+    "L2_CACHE_SIZE": 62914560,  # 60 MiB, as the H200 reports
     "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
     "ASYNC_ENGINE_COUNT": 5,
     "UNIFIED_ADDRESSING": 1,
