@@ -245,6 +245,8 @@ def teardown(s: Session) -> None:
                 continue  # a device's primary context, held for good (O2)
             if obj.handle in slot.failed_releases or obj.handle in slot.raw_streams:
                 continue  # leaked on purpose after a failed release (W5), or the sweep's own
+            if obj.context is not None and obj.context in slot.failed_releases:
+                continue  # lives in a context whose destroy failed: leaked with it, and that leak was raised
             holder = _holder(obj.handle)
             if slot.failed_releases and (obj.kind == "user_object" or "still alive" in holder):
                 continue  # kept by something leaked on purpose (a graph whose destroy failed keeps its payload)
