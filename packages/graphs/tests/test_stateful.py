@@ -129,7 +129,7 @@ class GraphMachine(RuleBasedStateMachine):
         return result
 
     def _edge_steps(self, removes: list[tuple[int, int]], adds: list[tuple[int, int]], calls: Calls) -> Outcome:
-        """Model of GraphDefinition._apply_edges."""
+        """Model of cuguard.graphs._edges.apply_edges."""
         if adds and _has_cycle((self.edges - set(removes)) | set(adds)):
             return Outcome(ValueError)  # refused before any edge changes (E3)
         done: list[tuple[bool, tuple[int, int]]] = []

@@ -18,13 +18,13 @@ they use alive until CUDA has dropped every graph that may use it (G5, W5).
 
 from __future__ import annotations
 
-from cuguard.graphs._graph import EdgeView as EdgeView
-from cuguard.graphs._graph import Graph as Graph
-from cuguard.graphs._graph import GraphDefinition as GraphDefinition
-from cuguard.graphs._graph import GraphUpdateError as GraphUpdateError
-from cuguard.graphs._graph import Node as Node
+from cuguard.graphs._definition import GraphDefinition as GraphDefinition
+from cuguard.graphs._executable import Graph as Graph
+from cuguard.graphs._executable import GraphUpdateError as GraphUpdateError
 from cuguard.graphs._lifetime import flush_deferred as flush_deferred
 from cuguard.graphs._lifetime import pending_payloads as pending_payloads
+from cuguard.graphs._nodes import EdgeView as EdgeView
+from cuguard.graphs._nodes import Node as Node
 
 __all__ = ["EdgeView", "Graph", "GraphDefinition", "GraphUpdateError", "Node", "flush_deferred", "pending_payloads"]
 

@@ -1,546 +1,61 @@
-"""Graph definitions, nodes, edges and executable graphs.
+"""Graph definitions: explicit CUDA graphs under construction, their builders and whole-graph operations.
 
-Every mutation that takes several driver calls is all-or-nothing (B4, G3):
-edges of existing nodes are added and removed one driver call per edge (the
-driver's bulk edge calls are not atomic), completed steps are undone in
-reverse order when a later step fails, and a failed undo step becomes a note
-on the raised exception (G4). A new node is created with its dependencies in
-one driver call, which is all-or-nothing by itself. Arguments are validated
-before any driver call (E3).
+Every mutation that takes several driver calls is all-or-nothing (B4, G3);
+edge changes are made as the edges module describes. A new node is created
+with its dependencies in one driver call, which is all-or-nothing by itself.
+Arguments are validated before any driver call (E3).
 """
 
 from __future__ import annotations
 
-import ctypes
-import sys
-from collections.abc import Callable, Iterable, Iterator, MutableSet
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
-    Unique,
     add_failure_note,
-    attributing,
-    defer,
     driver,
     driver_token,
     format_handle,
-    in_driver_callback,
     raise_status,
-    refuse_construction,
     report,
     report_error,
     wrong_kind,
 )
 from cuguard.graphs import _compat, _lifetime
+from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
+from cuguard.graphs._edges import apply_edges
+from cuguard.graphs._executable import Graph
+from cuguard.graphs._nodes import (
+    _KINDS,
+    _LIVE,
+    _PLURAL,
+    Node,
+    _iterable,
+    _kernel_params,
+    _order,
+    _size_arg,
+)
 from cuguard.resources import (
     Buffer,
     Device,
     Event,
     Kernel,
     LaunchConfig,
-    Module,
     PinnedBuffer,
-    Stream,
-    as_stream,
-    pack_args,
-    wait_attributed,
 )
 from cuguard.resources._fast import follow_fastpath
 
-__all__ = ["Graph", "GraphDefinition", "GraphUpdateError", "Node"]
+__all__ = ["GraphDefinition"]
 
-_GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
 _NO_DESTRUCTOR_SYNC = 1  # CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
 _RETAIN_MOVE = 1  # CU_GRAPH_USER_OBJECT_MOVE
-
-# Node states.
-_LIVE = 0
-_DESTROYED = 1
-_LEAKED = 2
-
-# CUgraphNodeType values (stable across CUDA 12 and 13) -> the names cuguard uses.
-_KINDS = {
-    0: "kernel",
-    1: "memcpy",
-    2: "memset",
-    3: "host",
-    4: "graph",
-    5: "empty",
-    6: "wait_event",
-    7: "event_record",
-    8: "ext_semas_signal",
-    9: "ext_semas_wait",
-    10: "mem_alloc",
-    11: "mem_free",
-    12: "batch_mem_op",
-    13: "conditional",
-}
-
-
-_UNINSTALLED = (
-    "{0!r} belongs to a CUDA driver that is no longer installed; its handle cannot reach the driver installed now"
-)
-
-
-def _types() -> Any:
-    from cuda.bindings import driver as types
-
-    return types
 
 
 def _owner_key(obj: object) -> int:
     return id(obj)
-
-
-class GraphUpdateError(CUDAError, ValueError):
-    """An executable graph could not be updated from a definition.
-
-    Raised by :meth:`Graph.update`. ``reason`` is the name of the
-    ``CUgraphExecUpdateResult`` that explains why (for example
-    ``"CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED"``), or
-    ``"CU_GRAPH_EXEC_UPDATE_ERROR"`` when the driver refused for a reason
-    cuguard could not determine (cuda-bindings does not return the driver's
-    result info on failure). The message says what differs. It is both a
-    :class:`~cuguard.errors.CUDAError` (code ``CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE``)
-    and a ``ValueError``. The executable graph is unchanged and usable.
-    """
-
-    reason: str
-
-    def __init__(self, reason: str, detail: str, call: str | None = "cuGraphExecUpdate") -> None:
-        self.reason = reason
-        super().__init__(_GRAPH_EXEC_UPDATE_FAILURE, call, f"{reason}: {detail}")
-
-
-# --- nodes ---------------------------------------------------------------------------------
-
-
-class Node(Unique):
-    """A node of a :class:`GraphDefinition`.
-
-    Created by the definition's builders (``g.empty()``, ``g.launch(...)``...)
-    or by the same builders on a node, which make the new node depend on it.
-    ``pred`` and ``succ`` are live set-like views of the edges into and out of
-    the node, read from the driver each time. ``type`` names the node kind
-    (``"empty"``, ``"kernel"``, ``"memset"``, ``"memcpy"``, ``"host"``,
-    ``"event_record"``, ``"wait_event"``, ``"mem_alloc"``, ``"mem_free"``,
-    ``"graph"``). Nodes compare by identity; a definition has exactly one
-    ``Node`` per driver node.
-    """
-
-    __slots__ = ("__weakref__", "_graph", "_handle", "_info", "_key", "_kind", "_order", "_state")
-
-    _graph: GraphDefinition
-    _handle: Any
-    _key: int  # int(handle), computed when first needed (the hot builders leave it unset)
-    _kind: str
-    _order: int
-    _state: int
-    _info: dict[str, Any]
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        refuse_construction(Node, "the builders of GraphDefinition and Node (g.empty(), g.launch(...), ...)")
-
-    @classmethod
-    def _make(cls, graph: GraphDefinition, handle: Any, kind: str, order: int, info: dict[str, Any]) -> Node:
-        self = object.__new__(cls)
-        self._graph = graph
-        self._handle = handle
-        self._key = int(handle)
-        self._kind = kind
-        self._order = order
-        self._state = _LIVE
-        self._info = info
-        return self
-
-    @property
-    def _int(self) -> int:
-        """The handle as an int (what the definition keys its nodes by), computed once."""
-        try:
-            return self._key
-        except AttributeError:  # made by a hot builder, which leaves it for later
-            key = self._key = int(self._handle)
-            return key
-
-    # --- state ---
-
-    @property
-    def graph(self) -> GraphDefinition:
-        """The definition this node belongs to."""
-        return self._graph
-
-    @property
-    def type(self) -> str:
-        """The node kind, e.g. ``"kernel"``."""
-        return self._kind
-
-    @property
-    def handle(self) -> Any:
-        """The ``CUgraphNode``; raises ``ResourceClosedError`` once destroyed (or leaked)."""
-        self._check_live()
-        return self._handle
-
-    @property
-    def closed(self) -> bool:
-        """Whether the node was destroyed, or leaked by a failed :meth:`destroy`."""
-        return self._state != _LIVE
-
-    def _check_live(self) -> None:
-        if self._state != _LIVE:
-            raise ResourceClosedError(f"{self!r} was {'destroyed' if self._state == _DESTROYED else 'leaked'}")
-        graph = self._graph
-        if graph._closed:
-            raise ResourceClosedError(f"{self!r} belongs to a closed graph definition")
-        if graph._driver is not driver_token():
-            graph._check_open()
-
-    def __repr__(self) -> str:
-        state = {_LIVE: "", _DESTROYED: " destroyed", _LEAKED: " leaked"}[self._state]
-        return f"<Node {self._kind} #{self._order} {format_handle(self._int)}{state}>"
-
-    # --- parameters ---
-
-    @property
-    def ptr(self) -> int:
-        """The device address a ``mem_alloc`` node allocates; ``TypeError`` for other kinds."""
-        if self._kind != "mem_alloc" or "ptr" not in self._info:
-            raise TypeError(f"{self!r} is not a memory allocation node")
-        return int(self._info["ptr"])
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """What the node was built with (a copy): e.g. ``config``, ``kernel``, ``args`` for kernels."""
-        return {key: value for key, value in self._info.items() if not key.startswith("_")}
-
-    def set_args(self, *args: Any) -> None:
-        """Replace the arguments of a kernel node; see :meth:`set_params`."""
-        self.set_params(args=args)
-
-    def set_params(
-        self, config: LaunchConfig | None = None, kernel: Kernel | None = None, args: Iterable[Any] | None = None
-    ) -> None:
-        """Change a kernel node's launch configuration, kernel or arguments (``None`` keeps each).
-
-        One driver call (``cuGraphKernelNodeSetParams``). The new buffers, kernel
-        and module are kept alive by the definition before the call (G5). If
-        the call fails, :class:`~cuguard.errors.CUDAError` is raised and the
-        node keeps its previous parameters; the objects it newly referenced are
-        released again. If the caller's context cannot be restored afterwards
-        (C2), the old parameters are put back first; only if that fails too
-        (a note on the error says so) does the node keep the new parameters,
-        and then what they use stays alive. Executable graphs already instantiated keep the old
-        parameters (use :meth:`Graph.update`); the old objects stay alive until
-        the definition and those executable graphs are gone.
-        """
-        if self._kind != "kernel":
-            raise TypeError(f"set_params() needs a kernel node, not {self!r}")
-        self._check_live()
-        graph = self._graph
-        new_config = self._info["config"] if config is None else config
-        new_kernel = self._info["kernel"] if kernel is None else kernel
-        new_args = tuple(self._info["args"] if args is None else args)
-        params, owners = _kernel_params(new_config, new_kernel, new_args)
-        retained = graph._retain(owners)
-        node = self._handle
-        old_params = self._info["_params"]
-        applied: list[bool] = []
-
-        def set_node() -> None:
-            (err,) = driver.cuGraphKernelNodeSetParams(node, params)
-            if err:
-                raise_status(err, "cuGraphKernelNodeSetParams")
-            applied.append(True)
-
-        def revert(_: None) -> None:
-            # The caller's context could not be restored (C2): put the old parameters back.
-            (err,) = driver.cuGraphKernelNodeSetParams(node, old_params)
-            if err:
-                raise_status(err, "cuGraphKernelNodeSetParams")
-            applied.clear()
-
-        # In the kernel's context: the driver may not be asked about a kernel with no context current.
-        try:
-            call_in(new_kernel.module.context, set_node, revert)
-        except BaseException as exc:
-            if applied:  # the new parameters stayed (their revert failed): keep what they use (G5)
-                self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
-            else:
-                graph._unretain(retained, exc)
-            raise
-        self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
-
-    # --- edges ---
-
-    @property
-    def pred(self) -> EdgeView:
-        """The nodes this node depends on: a live, mutable set-like view (see :class:`EdgeView`)."""
-        return EdgeView(self, incoming=True)
-
-    @pred.setter
-    def pred(self, nodes: Iterable[Node]) -> None:
-        if isinstance(nodes, EdgeView) and nodes._node is self and nodes._incoming:
-            return
-        EdgeView(self, incoming=True)._replace(nodes)
-
-    @property
-    def succ(self) -> EdgeView:
-        """The nodes that depend on this node: a live, mutable set-like view (see :class:`EdgeView`)."""
-        return EdgeView(self, incoming=False)
-
-    @succ.setter
-    def succ(self, nodes: Iterable[Node]) -> None:
-        if isinstance(nodes, EdgeView) and nodes._node is self and not nodes._incoming:
-            return
-        EdgeView(self, incoming=False)._replace(nodes)
-
-    def destroy(self) -> None:
-        """Remove the node and its edges from the definition. Idempotent.
-
-        One driver call. If it fails, :class:`~cuguard.errors.CUDAError` is
-        raised and the node is *leaked*: it stays in the definition with its
-        edges (the driver still lists it), but cuguard never passes its handle
-        to the driver again (a second destroy of a node crashes the real
-        driver), so it cannot be used, connected, disconnected or destroyed.
-        What the node used stays alive until the definition and its executable
-        graphs are gone (they may use it). In a definition holding memory
-        allocation or free nodes, CUDA forbids removing nodes: ``ValueError``
-        is raised before any driver call and the node stays usable.
-        """
-        if self._state != _LIVE:
-            return
-        self._graph._check_open()
-        self._graph._check_no_memory_nodes("have nodes removed")
-        self._graph._settle()
-        self._state = _DESTROYED
-        self._graph._version += 1
-        (err,) = driver.cuGraphDestroyNode(self._handle)
-        if err:
-            self._state = _LEAKED
-            raise CUDAError(
-                err,
-                "cuGraphDestroyNode",
-                f"{self!r} was leaked: it stays in the definition with its edges and is never used again",
-            )
-        self._graph._nodes.pop(self._int, None)
-
-    # --- builders: a new node that depends on this one ---
-
-    def join(self, *nodes: Node) -> Node:
-        """An empty node that depends on this node and on ``nodes``.
-
-        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
-        same name, with this node as a dependency.
-        """
-        return self._graph._empty((self, *nodes) if nodes else (self,))
-
-    def empty(self) -> Node:
-        """An empty node that depends on this node.
-
-        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
-        same name, with this node as a dependency.
-        """
-        return self._graph._empty((self,))
-
-    def memset(self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1) -> Node:
-        """A memset node after this node; see :meth:`GraphDefinition.memset`."""
-        return self._graph.memset(dst, value, size, element_size=element_size, deps=(self,))
-
-    def memcpy(self, dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None = None) -> Node:
-        """A memcpy node after this node; see :meth:`GraphDefinition.memcpy`."""
-        return self._graph.memcpy(dst, src, size, deps=(self,))
-
-    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any) -> Node:
-        """A kernel node after this node; see :meth:`GraphDefinition.launch`."""
-        return self._graph.launch(config, kernel, *args, deps=(self,))
-
-    def callback(self, fn: Callable[[], object]) -> Node:
-        """A host-callback node after this node; see :meth:`GraphDefinition.callback`."""
-        return self._graph.callback(fn, deps=(self,))
-
-    def record(self, event: Event) -> Node:
-        """An event-record node after this node.
-
-        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
-        same name, with this node as a dependency.
-        """
-        return self._graph.record(event, deps=(self,))
-
-    def wait(self, event: Event) -> Node:
-        """An event-wait node after this node.
-
-        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
-        same name, with this node as a dependency.
-        """
-        return self._graph.wait(event, deps=(self,))
-
-    def allocate(self, size: int, *, device: Device | int | None = None) -> Node:
-        """A memory-allocation node after this node; see :meth:`GraphDefinition.allocate`."""
-        return self._graph.allocate(size, device=device, deps=(self,))
-
-    def deallocate(self, ptr: int | Node) -> Node:
-        """A memory-free node after this node; see :meth:`GraphDefinition.deallocate`."""
-        return self._graph.deallocate(ptr, deps=(self,))
-
-    def embed(self, child: GraphDefinition) -> Node:
-        """A child-graph node after this node; see :meth:`GraphDefinition.embed`."""
-        return self._graph.embed(child, deps=(self,))
-
-
-class EdgeView(MutableSet[Node]):
-    """The predecessors (``node.pred``) or successors (``node.succ``) of a node, live.
-
-    Reading (``in``, iteration, ``len``, comparisons) asks the driver each
-    time. Mutations follow set semantics (``add`` of a present node and
-    ``discard`` of an absent one do nothing) and are all-or-nothing:
-    ``add``, ``discard``, ``remove``, ``update``, ``difference_update``,
-    ``clear``, ``|=``, ``-=``, ``&=``, ``^=`` and assignment
-    (``node.pred = {...}``, which replaces every edge of that side) each
-    either make every edge change or leave the definition as it was. Edges are
-    changed one driver call each, removals first (in node-creation order), then
-    additions; when a step fails, the completed steps are undone in reverse. If
-    an undo step fails too, its failure is a note on the raised exception and
-    the edge it concerned stays as the failed step left it: an added edge that
-    could not be removed again remains, a removed edge that could not be added
-    back stays removed. Nothing else can remain.
-
-    Elements must be live nodes of the same definition (``TypeError`` for
-    other objects, ``ValueError`` for nodes of another definition or a self
-    edge, ``ResourceClosedError`` for destroyed or leaked nodes), checked
-    before any driver call. A change that would leave a cycle raises
-    ``ValueError`` naming its nodes before any edge changes.
-    """
-
-    __slots__ = ("_incoming", "_node")
-
-    def __init__(self, node: Node, incoming: bool) -> None:
-        self._node = node
-        self._incoming = incoming
-
-    @classmethod
-    def _from_iterable(cls, it: Iterable[Any]) -> set[Any]:
-        return set(it)
-
-    def _current(self) -> set[Node]:
-        node = self._node
-        node._check_live()
-        return set(node._graph._neighbours(node, self._incoming))
-
-    def _edge(self, other: Node) -> tuple[Node, Node]:
-        return (other, self._node) if self._incoming else (self._node, other)
-
-    def _valid(self, items: Iterable[object], param: str) -> list[Node]:
-        graph = self._node._graph
-        out: list[Node] = []
-        seen: set[int] = set()
-        for item in _iterable(items, param):
-            other = graph._own(item, param)
-            if other is self._node:
-                raise ValueError(f"a node cannot depend on itself: {other!r}")
-            if id(other) not in seen:
-                seen.add(id(other))
-                out.append(other)
-        return out
-
-    def __contains__(self, item: object) -> bool:
-        if not isinstance(item, Node):
-            return False
-        return item in self._current()
-
-    def __iter__(self) -> Iterator[Node]:
-        return iter(sorted(self._current(), key=_order))
-
-    def __len__(self) -> int:
-        return len(self._current())
-
-    def __repr__(self) -> str:
-        side = "pred" if self._incoming else "succ"
-        return f"<{side} of {self._node!r}: {sorted(self._current(), key=_order)!r}>"
-
-    def add(self, value: Node) -> None:
-        """Add the edge to or from ``value``; nothing if it exists."""
-        self.update((value,))
-
-    def discard(self, value: Node) -> None:
-        """Remove the edge to or from ``value``; nothing if there is none."""
-        self.difference_update((value,))
-
-    def remove(self, value: Node) -> None:
-        """Remove the edge to or from ``value``; ``KeyError`` if there is none."""
-        (other,) = self._valid((value,), "value")
-        if other not in self._current():
-            raise KeyError(value)
-        self.difference_update((other,))
-
-    def update(self, *others: Iterable[Node]) -> None:
-        """Add edges to or from every node of ``others`` (all-or-nothing)."""
-        wanted = self._valid([item for it in others for item in _iterable(it, "others")], "others")
-        current = self._current()
-        adds = [self._edge(o) for o in sorted(wanted, key=_order) if o not in current]
-        self._node._graph._apply_edges([], adds)
-
-    def difference_update(self, *others: Iterable[Node]) -> None:
-        """Remove the edges to or from every node of ``others`` that has one (all-or-nothing)."""
-        unwanted = self._valid([item for it in others for item in _iterable(it, "others")], "others")
-        current = self._current()
-        removes = [self._edge(o) for o in sorted(unwanted, key=_order) if o in current]
-        self._node._graph._apply_edges(removes, [])
-
-    def clear(self) -> None:
-        """Remove every edge of this side (all-or-nothing)."""
-        self._replace(())
-
-    def pop(self) -> Node:
-        """Remove and return one node of this side; ``KeyError`` if empty."""
-        current = sorted(self._current(), key=_order)
-        if not current:
-            raise KeyError("pop from an empty edge view")
-        self.difference_update((current[0],))
-        return current[0]
-
-    def _replace(self, nodes: Iterable[object]) -> None:
-        wanted = set(self._valid(nodes, "nodes"))
-        current = self._current()
-        removes = [self._edge(o) for o in sorted(current - wanted, key=_order)]
-        adds = [self._edge(o) for o in sorted(wanted - current, key=_order)]
-        self._node._graph._apply_edges(removes, adds)
-
-    def __ior__(self, other: Iterable[Any]) -> EdgeView:  # type: ignore[misc]
-        self.update(other)
-        return self
-
-    def __isub__(self, other: Iterable[Any]) -> EdgeView:
-        self.difference_update(other)
-        return self
-
-    def __iand__(self, other: Iterable[Any]) -> EdgeView:
-        keep = set(self._valid(other, "other"))
-        self.difference_update(self._current() - keep)
-        return self
-
-    def __ixor__(self, other: Iterable[Any]) -> EdgeView:  # type: ignore[misc]
-        toggled = set(self._valid(other, "other"))
-        current = self._current()
-        removes = [self._edge(o) for o in sorted(toggled & current, key=_order)]
-        adds = [self._edge(o) for o in sorted(toggled - current, key=_order)]
-        self._node._graph._apply_edges(removes, adds)
-        return self
-
-
-_PLURAL = frozenset({"deps", "nodes", "others", "other", "edges"})
-
-
-def _iterable(value: object, param: str) -> Iterable[object]:
-    """``value`` when it is an iterable of items (not a str or bytes), else the E3 ``TypeError``."""
-    if isinstance(value, str | bytes | Node) or not hasattr(type(value), "__iter__"):
-        raise wrong_kind(param, "an iterable of graph Nodes", value)
-    return value  # type: ignore[return-value]
-
-
-def _order(node: Node) -> int:
-    return node._order
 
 
 _new_node = object.__new__
@@ -558,92 +73,11 @@ def _fastpath_changed(ops: Any) -> None:
 follow_fastpath(_fastpath_changed)
 
 
-# --- parameters of node kinds --------------------------------------------------------------
-
-
-def _size_arg(size: object, what: str = "size") -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"{what} must be an int, not {type(size).__name__}")
-    if size < 0:
-        raise ValueError(f"{what} must be 0 or more, not {size}")
-    return size
-
-
-def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tuple[Any, list[object]]:
-    if not isinstance(config, LaunchConfig):
-        raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
-    if not isinstance(kernel, Kernel):
-        raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
-    if config.cluster is not None or config.cooperative_launch:
-        # A kernel node has no launch attributes here: dropping them silently would run another launch.
-        raise ValueError(f"a kernel node cannot take a cluster or cooperative launch configuration: {config!r}")
-    kernel.module._check_open()
-    owners: list[object] = [kernel, kernel.module]
-    for arg in args:
-        if isinstance(arg, Buffer | PinnedBuffer):
-            arg._check_open()
-            owners.append(arg)
-    gx, gy, gz, bx, by, bz = config.dims()
-    params = _types().CUDA_KERNEL_NODE_PARAMS()
-    params.func = kernel.handle
-    params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
-    params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
-    params.sharedMemBytes = config.shared_mem
-    if kernel.parameters is not None:
-        # Checked against the kernel's parameter list (TypeError before the driver); the driver
-        # reads the block during the add call, and it is kept alive with the definition.
-        block, keep = kernel.pack(args)
-        params.kernelParams = block
-        if keep is not None:
-            owners.append(_ArgumentBlock(keep, []))
-    elif args:
-        # The driver reads the arguments through a void** array during the add call: build it
-        # here and keep it (and each value it points to) alive with the definition.
-        values, ctypes_types = pack_args(args)
-        cells = [ctype(value) for value, ctype in zip(values, ctypes_types, strict=True)]
-        array = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(cell) for cell in cells])
-        params.kernelParams = ctypes.addressof(array)
-        owners.append(_ArgumentBlock(array, cells))
-    return params, owners
-
-
 def _destroy_new_node(handle: Any) -> None:
     """Undo of a node add whose context restore failed (C2): nothing else refers to it yet."""
     (err,) = driver.cuGraphDestroyNode(handle)
     if err:
         raise_status(err, "cuGraphDestroyNode")
-
-
-class _ArgumentBlock:
-    """Keeps a kernel node's packed arguments alive while the definition lives."""
-
-    __slots__ = ("array", "cells")
-
-    def __init__(self, array: Any, cells: list[Any]) -> None:
-        self.array = array
-        self.cells = cells
-
-
-def _check_owners(what: object, owners: dict[int, object], action: str) -> None:
-    """Refuse a definition whose nodes use a closed module or event (S2), or an object whose context refuses use (O4).
-
-    The driver would read the unloaded module or the destroyed event (an instantiate of an
-    event node of a destroyed event killed the process on an H200).
-    """
-    for owner in owners.values():
-        if (type(owner) is Module or type(owner) is Event) and owner._closed:
-            raise ResourceClosedError(
-                f"{what!r} cannot be {action}: a node uses {owner!r}, which was closed "
-                "(the driver would reach an unloaded module or a destroyed event)"
-            )
-        context = getattr(owner, "_context", None)
-        if context is None:
-            module = getattr(owner, "module", None)
-            context = getattr(module, "_context", None)
-        if isinstance(context, Context) and context._closed:
-            raise ResourceClosedError(
-                f"{what!r} cannot be {action}: a node uses {owner!r}, whose context {context!r} refuses use"
-            )
 
 
 def _context_of(device: Device | Context | None) -> Context | None:
@@ -654,32 +88,6 @@ def _context_of(device: Device | Context | None) -> Context | None:
     raise TypeError(f"device must be a Device, a Context or None, not {type(device).__name__}")
 
 
-def _path(successors: dict[Node, list[Node]], start: Node, goal: Node) -> list[Node] | None:
-    """The nodes of a path ``start`` ... ``goal`` along ``successors`` (both ends included), or ``None``."""
-    came_from: dict[Node, Node | None] = {start: None}
-    stack = [start]
-    while stack:
-        node = stack.pop()
-        if node is goal:
-            path = [node]
-            while (previous := came_from[path[-1]]) is not None:
-                path.append(previous)
-            return path[::-1]
-        for nxt in successors.get(node, ()):
-            if nxt not in came_from:
-                came_from[nxt] = node
-                stack.append(nxt)
-    return None
-
-
-def _released_with_close(owners: dict[int, object]) -> tuple[Any, ...]:
-    """What an executable graph uses whose ``close()`` releases it at once: its modules and events.
-
-    (Memory closed while a graph uses it stays allocated until the graph goes, W5.)
-    """
-    return tuple(o for o in owners.values() if type(o) is Module or type(o) is Event)
-
-
 def _ordinal_of(device: Device | int) -> int:
     if isinstance(device, Device):
         device._check_driver()  # a Device of a driver that is not installed is refused (O3)
@@ -687,33 +95,6 @@ def _ordinal_of(device: Device | int) -> int:
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise TypeError(f"device must be a Device or a device ordinal, not {device!r}")
     return device
-
-
-# --- definitions ---------------------------------------------------------------------------
-
-
-class _Collected(Unique):
-    """Collection of a definition or an executable graph: destroyed by ``_collect``, or not at all."""
-
-    __slots__ = ()
-
-    _closed: bool
-    _driver: Any
-
-    def _collect(self) -> None:
-        raise NotImplementedError
-
-    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
-        # module may be cleared while this object is still alive (S1).
-        if getattr(self, "_closed", True) or _finalizing():
-            return
-        if self._driver is not driver_token():
-            return  # its driver was uninstalled: nothing of it is released here or said (O3)
-        if in_driver_callback():
-            defer(self._collect)  # O5: never call CUDA from the driver's thread
-            return
-        self._collect()
 
 
 class GraphDefinition(_Collected):
@@ -999,64 +380,6 @@ class GraphDefinition(_Collected):
         if any(node._kind in ("mem_alloc", "mem_free") for node in self._nodes.values()):
             raise ValueError(f"{self!r} holds memory allocation or free nodes, so it cannot {what} (a CUDA rule)")
 
-    def _apply_edges(self, removes: list[tuple[Node, Node]], adds: list[tuple[Node, Node]]) -> None:
-        """Remove then add edges, one driver call each; undo in reverse on failure (B4, G3, G4)."""
-        for a, b in (*removes, *adds):
-            a._check_live()
-            b._check_live()
-        if removes:
-            self._check_no_memory_nodes("have edges removed")
-        if adds:
-            self._refuse_cycles(removes, adds)
-        self._version += 1
-        done: list[tuple[bool, Node, Node]] = []
-        try:
-            for a, b in removes:
-                err = _compat.remove_edge(self._handle, a._handle, b._handle)
-                if err:
-                    raise CUDAError(err, "cuGraphRemoveDependencies", f"removing the edge {a!r} -> {b!r}")
-                done.append((False, a, b))
-            for a, b in adds:
-                err = _compat.add_edge(self._handle, a._handle, b._handle)
-                if err:
-                    raise CUDAError(err, "cuGraphAddDependencies", f"adding the edge {a!r} -> {b!r}")
-                done.append((True, a, b))
-        except BaseException as exc:
-            self._undo_edges(done, exc)
-            raise
-
-    def _refuse_cycles(self, removes: list[tuple[Node, Node]], adds: list[tuple[Node, Node]]) -> None:
-        """``ValueError`` naming the nodes when the edges after the change would form a cycle.
-
-        Checked against the edges the driver lists (``cuGraphGetEdges``), before any edge
-        changes: CUDA itself accepts such an edge and refuses only the instantiation, with a
-        bare ``CUDA_ERROR_INVALID_VALUE``.
-        """
-        edges = (set(self.edges) - set(removes)) | set(adds)
-        successors: dict[Node, list[Node]] = {}
-        for a, b in edges:
-            successors.setdefault(a, []).append(b)
-        for a, b in adds:
-            path = _path(successors, b, a)
-            if path is not None:
-                loop = " -> ".join(repr(node) for node in (a, *path))
-                raise ValueError(f"the edge {a!r} -> {b!r} would make a cycle: {loop}")
-
-    def _undo_edges(self, done: list[tuple[bool, Node, Node]], exc: BaseException) -> None:
-        for added, a, b in reversed(done):
-            try:
-                if added:
-                    err = _compat.remove_edge(self._handle, a._handle, b._handle)
-                    call, left = "cuGraphRemoveDependencies", f"the added edge {a!r} -> {b!r} remains"
-                else:
-                    err = _compat.add_edge(self._handle, a._handle, b._handle)
-                    call, left = "cuGraphAddDependencies", f"the removed edge {a!r} -> {b!r} stays removed"
-            except Exception as undo_exc:  # noqa: BLE001 - attached as a note (G4)
-                add_failure_note(exc, undo_exc)
-                continue
-            if err:
-                add_failure_note(exc, CUDAError(err, call, f"undo failed: {left}"))
-
     def connect(self, *edges: tuple[Node, Node]) -> None:
         """Add the edges ``(from, to)``, all or none.
 
@@ -1079,7 +402,7 @@ class GraphDefinition(_Collected):
         for a, b in pairs:
             if (a, b) in current:
                 raise ValueError(f"the edge {a!r} -> {b!r} exists already")
-        self._apply_edges([], pairs)
+        apply_edges(self, [], pairs)
 
     def disconnect(self, *edges: tuple[Node, Node]) -> None:
         """Remove the edges ``(from, to)``, all or none.
@@ -1096,7 +419,7 @@ class GraphDefinition(_Collected):
         for a, b in pairs:
             if (a, b) not in current:
                 raise ValueError(f"there is no edge {a!r} -> {b!r}")
-        self._apply_edges(pairs, [])
+        apply_edges(self, pairs, [])
 
     def _pairs(self, edges: Iterable[object]) -> list[tuple[Node, Node]]:
         pairs: list[tuple[Node, Node]] = []
@@ -1713,263 +1036,3 @@ def _exec_destroy(handle: Any) -> None:
     (err,) = driver.cuGraphExecDestroy(handle)
     if err:
         raise_status(err, "cuGraphExecDestroy")
-
-
-# --- executable graphs -----------------------------------------------------------------------
-
-
-class Graph(_Collected):
-    """An executable graph (a ``CUgraphExec``), made by :meth:`GraphDefinition.instantiate`.
-
-    :meth:`launch` queues it on a stream; :meth:`upload` prepares it;
-    :meth:`update` changes its parameters to those of another definition of
-    the same shape. It keeps what its nodes use alive (through the CUDA user
-    object it inherited), also while launches are in flight after it is
-    closed. :meth:`close` (or ``with``, or garbage collection) destroys it.
-    """
-
-    __slots__ = (
-        "__weakref__",
-        "_closed",
-        "_context",
-        "_driver",
-        "_handle",
-        "_int",
-        "_owners",
-        "_released_with_close",
-        "_signature",
-    )
-
-    _handle: Any
-    _int: int
-    _driver: Any  # the driver_token() it was made under
-    _closed: bool
-    _context: Context | None
-    _owners: dict[int, object]
-    _signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]]
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        refuse_construction(Graph, "GraphDefinition.instantiate()")
-
-    @classmethod
-    def _make(
-        cls,
-        handle: Any,
-        context: Context | None,
-        owners: dict[int, object],
-        signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
-    ) -> Graph:
-        self = object.__new__(cls)
-        self._handle = handle
-        self._int = int(handle)
-        self._driver = driver_token()
-        self._closed = False
-        self._context = context
-        self._owners = owners
-        self._released_with_close = _released_with_close(owners)
-        self._signature = signature
-        return self
-
-    @property
-    def handle(self) -> Any:
-        """The ``CUgraphExec``; raises ``ResourceClosedError`` once closed."""
-        self._check_open()
-        return self._handle
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ResourceClosedError(f"{self!r} is closed")
-        if self._driver is not driver_token():
-            raise ResourceClosedError(_UNINSTALLED.format(self))
-        context = self._context
-        if context is not None and context._closed:
-            raise ResourceClosedError(f"{self!r} cannot be used: its context {context!r} was closed")
-
-    def __repr__(self) -> str:
-        state = " closed" if self._closed else ""
-        return f"<Graph {format_handle(self._int)}{state}>"
-
-    def launch(self, stream: Stream) -> None:
-        """Queue one run of the graph on ``stream``; raises :class:`~cuguard.errors.CUDAError` if refused.
-
-        Raises ``ResourceClosedError`` before the driver when a module or event
-        its nodes use was closed since (the run would reach an unloaded module
-        or a destroyed event; memory closed meanwhile stays allocated for the
-        graph, W5).
-
-        With fault attribution on (:func:`~cuguard.errors.attribute_faults`) it waits
-        for the run, and a kernel fault inside it raises
-        :class:`~cuguard.errors.StickyCUDAError` naming this launch.
-        """
-        self._check_open()
-        if type(stream) is not Stream:
-            stream = as_stream(stream)
-        hstream = stream.handle  # checked before the driver is looked up (O3)
-        for owner in self._released_with_close:
-            if owner._closed:  # S2: its nodes would reach an unloaded module or a destroyed event
-                raise ResourceClosedError(f"{self!r} uses {owner!r}, which was closed: the graph cannot run any more")
-        (err,) = driver.cuGraphLaunch(self._handle, hstream)
-        if err:
-            raise_status(err, "cuGraphLaunch")
-        if attributing():
-            kinds = self._signature[0]
-            wait_attributed(
-                stream, lambda: f"the launch of executable graph {format_handle(self._int)} ({len(kinds)} nodes)"
-            )
-
-    def upload(self, stream: Stream) -> None:
-        """Upload the graph's work to the device ahead of a launch, ordered on ``stream``.
-
-        Raises ``ResourceClosedError`` once closed, ``TypeError`` for a non-stream and
-        :class:`~cuguard.errors.CUDAError` if the driver refuses; the graph is unchanged and usable
-        then.
-        """
-        self._check_open()
-        if type(stream) is not Stream:
-            stream = as_stream(stream)
-        hstream = stream.handle
-        (err,) = driver.cuGraphUpload(self._handle, hstream)
-        if err:
-            raise_status(err, "cuGraphUpload")
-
-    def update(self, definition: GraphDefinition) -> None:
-        """Take the node parameters of ``definition``, which must have the same shape (``cuGraphExecUpdate``).
-
-        Same shape: the same node kinds in the same creation order, with the
-        same edges (a clone of the instantiated definition, changed with
-        :meth:`Node.set_params`, has it). cuguard checks this first and raises
-        :class:`GraphUpdateError` (a ``ValueError`` and a ``CUDAError``)
-        saying what differs, before any driver call. If the driver refuses
-        for another reason, :class:`GraphUpdateError` is raised too. Either
-        way this graph is unchanged and usable. What ``definition``'s nodes
-        use is kept alive by this graph from before the driver call; after a
-        refused update it stays alive until the graph is gone (a leak, never a
-        dangle).
-        """
-        self._check_open()
-        if not isinstance(definition, GraphDefinition):
-            raise wrong_kind("definition", "a GraphDefinition", definition)
-        definition._check_open()
-        _check_owners(definition, definition._owners, "used for an update")
-        kinds, edges, nodes = definition._signature()
-        _explain_mismatch(self._signature, (kinds, edges), nodes)
-        for key, owner in list(definition._owners.items()):
-            self._owners.setdefault(key, owner)
-        result = driver.cuGraphExecUpdate(self._handle, definition._handle)
-        err = result[0]
-        if err:
-            if int(err) == _GRAPH_EXEC_UPDATE_FAILURE:
-                info = result[1] if len(result) > 1 else None
-                reason = _result_name(getattr(info, "result", None)) if info is not None else None
-                raise GraphUpdateError(
-                    reason or "CU_GRAPH_EXEC_UPDATE_ERROR",
-                    "the driver refused the update for a reason other than the graph's shape (e.g. a kernel or "
-                    "context changed in a way CUDA cannot apply)",
-                )
-            raise_status(err, "cuGraphExecUpdate")
-        self._signature = (kinds, edges)
-        self._released_with_close = _released_with_close(definition._owners)
-
-    def close(self) -> None:
-        """Destroy the executable graph now (``cuGraphExecDestroy``). Idempotent.
-
-        Launches in flight complete; what they use stays alive until then.
-        If the driver refuses, :class:`~cuguard.errors.CUDAError` is raised
-        and the executable graph is leaked (never destroyed again).
-        """
-        if self._driver is not driver_token():  # O3 before idempotence: as every other close()
-            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
-        if self._closed:
-            return
-        self._closed = True
-        context = self._context
-        if context is not None and context._closed:
-            raise ResourceClosedError(
-                f"{self!r} cannot be released: its context {context!r} was closed first; it was leaked"
-            )
-        (err,) = driver.cuGraphExecDestroy(self._handle)
-        if err:
-            raise CUDAError(err, "cuGraphExecDestroy", f"executable graph {format_handle(self._int)} was leaked")
-
-    def __enter__(self) -> Graph:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
-            add_failure_note(exc, failure)
-
-    def _collect(self) -> None:
-        """Destroy a collected executable graph; failures are warnings (W1)."""
-        if self._closed or self._driver is not driver_token():
-            return
-        self._closed = True
-        context = self._context
-        if context is not None and context._closed:
-            report_error(
-                ResourceClosedError(f"executable graph not released: its context {context!r} was closed before it"),
-                self._handle,
-                "it was leaked",
-            )
-            return
-        try:
-            (err,) = driver.cuGraphExecDestroy(self._handle)
-        except CUDAError as exc:
-            report_error(exc, self._handle, "the executable graph was leaked")
-            return
-        if err:
-            report(err, "cuGraphExecDestroy", self._handle, "the executable graph was leaked")
-
-
-def _result_name(value: object) -> str | None:
-    if value is None:
-        return None
-    name = getattr(value, "name", None)
-    return str(name) if name else None
-
-
-def _explain_mismatch(
-    old: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
-    new: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
-    nodes: list[Node],
-) -> None:
-    """Raise :class:`GraphUpdateError` saying how ``new``'s shape differs from ``old``'s; nothing if equal."""
-    old_kinds, old_edges = old
-    new_kinds, new_edges = new
-    if len(old_kinds) != len(new_kinds):
-        _refuse(
-            "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED",
-            f"the definition has {len(new_kinds)} nodes, the executable graph {len(old_kinds)}",
-        )
-    for i, (was, now) in enumerate(zip(old_kinds, new_kinds, strict=True)):
-        if was != now:
-            _refuse(
-                "CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED",
-                f"node {i} in creation order ({nodes[i]!r}) is a {now} node, in the executable graph a {was} node",
-            )
-    if old_edges != new_edges:
-        extra = sorted(new_edges - old_edges)
-        missing = sorted(old_edges - new_edges)
-        parts = []
-        if extra:
-            parts.append(
-                "edges only in the definition: " + ", ".join(f"{nodes[a]!r} -> {nodes[b]!r}" for a, b in extra)
-            )
-        if missing:
-            parts.append(
-                "edges missing from the definition (by creation index): " + ", ".join(f"{a} -> {b}" for a, b in missing)
-            )
-        _refuse("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED", "; ".join(parts))
-
-
-def _refuse(reason: str, detail: str) -> NoReturn:
-    raise GraphUpdateError(reason, detail, call=None)

@@ -1,0 +1,548 @@
+"""Graph nodes, the live set-like views of their edges, and the parameters of node kinds.
+
+A :class:`Node` is made by the builders of its definition (see the definitions module); its
+``pred``/``succ`` are :class:`EdgeView` objects, whose mutations are all-or-nothing (see the edges
+module). Arguments are validated before any driver call (E3).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Iterable, Iterator, MutableSet
+from typing import TYPE_CHECKING, Any
+
+from cuguard.context import call_in
+from cuguard.errors import (
+    CUDAError,
+    ResourceClosedError,
+    Unique,
+    driver,
+    driver_token,
+    format_handle,
+    raise_status,
+    refuse_construction,
+    wrong_kind,
+)
+from cuguard.graphs._common import _types
+from cuguard.graphs._edges import apply_edges
+from cuguard.resources import (
+    Buffer,
+    Device,
+    Event,
+    Kernel,
+    LaunchConfig,
+    PinnedBuffer,
+    pack_args,
+)
+
+if TYPE_CHECKING:
+    from cuguard.graphs._definition import GraphDefinition
+
+__all__ = ["EdgeView", "Node"]
+
+# Node states.
+_LIVE = 0
+_DESTROYED = 1
+_LEAKED = 2
+
+# CUgraphNodeType values (stable across CUDA 12 and 13) -> the names cuguard uses.
+_KINDS = {
+    0: "kernel",
+    1: "memcpy",
+    2: "memset",
+    3: "host",
+    4: "graph",
+    5: "empty",
+    6: "wait_event",
+    7: "event_record",
+    8: "ext_semas_signal",
+    9: "ext_semas_wait",
+    10: "mem_alloc",
+    11: "mem_free",
+    12: "batch_mem_op",
+    13: "conditional",
+}
+
+
+class Node(Unique):
+    """A node of a :class:`GraphDefinition`.
+
+    Created by the definition's builders (``g.empty()``, ``g.launch(...)``...)
+    or by the same builders on a node, which make the new node depend on it.
+    ``pred`` and ``succ`` are live set-like views of the edges into and out of
+    the node, read from the driver each time. ``type`` names the node kind
+    (``"empty"``, ``"kernel"``, ``"memset"``, ``"memcpy"``, ``"host"``,
+    ``"event_record"``, ``"wait_event"``, ``"mem_alloc"``, ``"mem_free"``,
+    ``"graph"``). Nodes compare by identity; a definition has exactly one
+    ``Node`` per driver node.
+    """
+
+    __slots__ = ("__weakref__", "_graph", "_handle", "_info", "_key", "_kind", "_order", "_state")
+
+    _graph: GraphDefinition
+    _handle: Any
+    _key: int  # int(handle), computed when first needed (the hot builders leave it unset)
+    _kind: str
+    _order: int
+    _state: int
+    _info: dict[str, Any]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        refuse_construction(Node, "the builders of GraphDefinition and Node (g.empty(), g.launch(...), ...)")
+
+    @classmethod
+    def _make(cls, graph: GraphDefinition, handle: Any, kind: str, order: int, info: dict[str, Any]) -> Node:
+        self = object.__new__(cls)
+        self._graph = graph
+        self._handle = handle
+        self._key = int(handle)
+        self._kind = kind
+        self._order = order
+        self._state = _LIVE
+        self._info = info
+        return self
+
+    @property
+    def _int(self) -> int:
+        """The handle as an int (what the definition keys its nodes by), computed once."""
+        try:
+            return self._key
+        except AttributeError:  # made by a hot builder, which leaves it for later
+            key = self._key = int(self._handle)
+            return key
+
+    # --- state ---
+
+    @property
+    def graph(self) -> GraphDefinition:
+        """The definition this node belongs to."""
+        return self._graph
+
+    @property
+    def type(self) -> str:
+        """The node kind, e.g. ``"kernel"``."""
+        return self._kind
+
+    @property
+    def handle(self) -> Any:
+        """The ``CUgraphNode``; raises ``ResourceClosedError`` once destroyed (or leaked)."""
+        self._check_live()
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """Whether the node was destroyed, or leaked by a failed :meth:`destroy`."""
+        return self._state != _LIVE
+
+    def _check_live(self) -> None:
+        if self._state != _LIVE:
+            raise ResourceClosedError(f"{self!r} was {'destroyed' if self._state == _DESTROYED else 'leaked'}")
+        graph = self._graph
+        if graph._closed:
+            raise ResourceClosedError(f"{self!r} belongs to a closed graph definition")
+        if graph._driver is not driver_token():
+            graph._check_open()
+
+    def __repr__(self) -> str:
+        state = {_LIVE: "", _DESTROYED: " destroyed", _LEAKED: " leaked"}[self._state]
+        return f"<Node {self._kind} #{self._order} {format_handle(self._int)}{state}>"
+
+    # --- parameters ---
+
+    @property
+    def ptr(self) -> int:
+        """The device address a ``mem_alloc`` node allocates; ``TypeError`` for other kinds."""
+        if self._kind != "mem_alloc" or "ptr" not in self._info:
+            raise TypeError(f"{self!r} is not a memory allocation node")
+        return int(self._info["ptr"])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What the node was built with (a copy): e.g. ``config``, ``kernel``, ``args`` for kernels."""
+        return {key: value for key, value in self._info.items() if not key.startswith("_")}
+
+    def set_args(self, *args: Any) -> None:
+        """Replace the arguments of a kernel node; see :meth:`set_params`."""
+        self.set_params(args=args)
+
+    def set_params(
+        self, config: LaunchConfig | None = None, kernel: Kernel | None = None, args: Iterable[Any] | None = None
+    ) -> None:
+        """Change a kernel node's launch configuration, kernel or arguments (``None`` keeps each).
+
+        One driver call (``cuGraphKernelNodeSetParams``). The new buffers, kernel
+        and module are kept alive by the definition before the call (G5). If
+        the call fails, :class:`~cuguard.errors.CUDAError` is raised and the
+        node keeps its previous parameters; the objects it newly referenced are
+        released again. If the caller's context cannot be restored afterwards
+        (C2), the old parameters are put back first; only if that fails too
+        (a note on the error says so) does the node keep the new parameters,
+        and then what they use stays alive. Executable graphs already instantiated keep the old
+        parameters (use :meth:`Graph.update`); the old objects stay alive until
+        the definition and those executable graphs are gone.
+        """
+        if self._kind != "kernel":
+            raise TypeError(f"set_params() needs a kernel node, not {self!r}")
+        self._check_live()
+        graph = self._graph
+        new_config = self._info["config"] if config is None else config
+        new_kernel = self._info["kernel"] if kernel is None else kernel
+        new_args = tuple(self._info["args"] if args is None else args)
+        params, owners = _kernel_params(new_config, new_kernel, new_args)
+        retained = graph._retain(owners)
+        node = self._handle
+        old_params = self._info["_params"]
+        applied: list[bool] = []
+
+        def set_node() -> None:
+            (err,) = driver.cuGraphKernelNodeSetParams(node, params)
+            if err:
+                raise_status(err, "cuGraphKernelNodeSetParams")
+            applied.append(True)
+
+        def revert(_: None) -> None:
+            # The caller's context could not be restored (C2): put the old parameters back.
+            (err,) = driver.cuGraphKernelNodeSetParams(node, old_params)
+            if err:
+                raise_status(err, "cuGraphKernelNodeSetParams")
+            applied.clear()
+
+        # In the kernel's context: the driver may not be asked about a kernel with no context current.
+        try:
+            call_in(new_kernel.module.context, set_node, revert)
+        except BaseException as exc:
+            if applied:  # the new parameters stayed (their revert failed): keep what they use (G5)
+                self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
+            else:
+                graph._unretain(retained, exc)
+            raise
+        self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
+
+    # --- edges ---
+
+    @property
+    def pred(self) -> EdgeView:
+        """The nodes this node depends on: a live, mutable set-like view (see :class:`EdgeView`)."""
+        return EdgeView(self, incoming=True)
+
+    @pred.setter
+    def pred(self, nodes: Iterable[Node]) -> None:
+        if isinstance(nodes, EdgeView) and nodes._node is self and nodes._incoming:
+            return
+        EdgeView(self, incoming=True)._replace(nodes)
+
+    @property
+    def succ(self) -> EdgeView:
+        """The nodes that depend on this node: a live, mutable set-like view (see :class:`EdgeView`)."""
+        return EdgeView(self, incoming=False)
+
+    @succ.setter
+    def succ(self, nodes: Iterable[Node]) -> None:
+        if isinstance(nodes, EdgeView) and nodes._node is self and not nodes._incoming:
+            return
+        EdgeView(self, incoming=False)._replace(nodes)
+
+    def destroy(self) -> None:
+        """Remove the node and its edges from the definition. Idempotent.
+
+        One driver call. If it fails, :class:`~cuguard.errors.CUDAError` is
+        raised and the node is *leaked*: it stays in the definition with its
+        edges (the driver still lists it), but cuguard never passes its handle
+        to the driver again (a second destroy of a node crashes the real
+        driver), so it cannot be used, connected, disconnected or destroyed.
+        What the node used stays alive until the definition and its executable
+        graphs are gone (they may use it). In a definition holding memory
+        allocation or free nodes, CUDA forbids removing nodes: ``ValueError``
+        is raised before any driver call and the node stays usable.
+        """
+        if self._state != _LIVE:
+            return
+        self._graph._check_open()
+        self._graph._check_no_memory_nodes("have nodes removed")
+        self._graph._settle()
+        self._state = _DESTROYED
+        self._graph._version += 1
+        (err,) = driver.cuGraphDestroyNode(self._handle)
+        if err:
+            self._state = _LEAKED
+            raise CUDAError(
+                err,
+                "cuGraphDestroyNode",
+                f"{self!r} was leaked: it stays in the definition with its edges and is never used again",
+            )
+        self._graph._nodes.pop(self._int, None)
+
+    # --- builders: a new node that depends on this one ---
+
+    def join(self, *nodes: Node) -> Node:
+        """An empty node that depends on this node and on ``nodes``.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
+        return self._graph._empty((self, *nodes) if nodes else (self,))
+
+    def empty(self) -> Node:
+        """An empty node that depends on this node.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
+        return self._graph._empty((self,))
+
+    def memset(self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1) -> Node:
+        """A memset node after this node; see :meth:`GraphDefinition.memset`."""
+        return self._graph.memset(dst, value, size, element_size=element_size, deps=(self,))
+
+    def memcpy(self, dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None = None) -> Node:
+        """A memcpy node after this node; see :meth:`GraphDefinition.memcpy`."""
+        return self._graph.memcpy(dst, src, size, deps=(self,))
+
+    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any) -> Node:
+        """A kernel node after this node; see :meth:`GraphDefinition.launch`."""
+        return self._graph.launch(config, kernel, *args, deps=(self,))
+
+    def callback(self, fn: Callable[[], object]) -> Node:
+        """A host-callback node after this node; see :meth:`GraphDefinition.callback`."""
+        return self._graph.callback(fn, deps=(self,))
+
+    def record(self, event: Event) -> Node:
+        """An event-record node after this node.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
+        return self._graph.record(event, deps=(self,))
+
+    def wait(self, event: Event) -> Node:
+        """An event-wait node after this node.
+
+        Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
+        same name, with this node as a dependency.
+        """
+        return self._graph.wait(event, deps=(self,))
+
+    def allocate(self, size: int, *, device: Device | int | None = None) -> Node:
+        """A memory-allocation node after this node; see :meth:`GraphDefinition.allocate`."""
+        return self._graph.allocate(size, device=device, deps=(self,))
+
+    def deallocate(self, ptr: int | Node) -> Node:
+        """A memory-free node after this node; see :meth:`GraphDefinition.deallocate`."""
+        return self._graph.deallocate(ptr, deps=(self,))
+
+    def embed(self, child: GraphDefinition) -> Node:
+        """A child-graph node after this node; see :meth:`GraphDefinition.embed`."""
+        return self._graph.embed(child, deps=(self,))
+
+
+class EdgeView(MutableSet[Node]):
+    """The predecessors (``node.pred``) or successors (``node.succ``) of a node, live.
+
+    Reading (``in``, iteration, ``len``, comparisons) asks the driver each
+    time. Mutations follow set semantics (``add`` of a present node and
+    ``discard`` of an absent one do nothing) and are all-or-nothing:
+    ``add``, ``discard``, ``remove``, ``update``, ``difference_update``,
+    ``clear``, ``|=``, ``-=``, ``&=``, ``^=`` and assignment
+    (``node.pred = {...}``, which replaces every edge of that side) each
+    either make every edge change or leave the definition as it was. Edges are
+    changed one driver call each, removals first (in node-creation order), then
+    additions; when a step fails, the completed steps are undone in reverse. If
+    an undo step fails too, its failure is a note on the raised exception and
+    the edge it concerned stays as the failed step left it: an added edge that
+    could not be removed again remains, a removed edge that could not be added
+    back stays removed. Nothing else can remain.
+
+    Elements must be live nodes of the same definition (``TypeError`` for
+    other objects, ``ValueError`` for nodes of another definition or a self
+    edge, ``ResourceClosedError`` for destroyed or leaked nodes), checked
+    before any driver call. A change that would leave a cycle raises
+    ``ValueError`` naming its nodes before any edge changes.
+    """
+
+    __slots__ = ("_incoming", "_node")
+
+    def __init__(self, node: Node, incoming: bool) -> None:
+        self._node = node
+        self._incoming = incoming
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> set[Any]:
+        return set(it)
+
+    def _current(self) -> set[Node]:
+        node = self._node
+        node._check_live()
+        return set(node._graph._neighbours(node, self._incoming))
+
+    def _edge(self, other: Node) -> tuple[Node, Node]:
+        return (other, self._node) if self._incoming else (self._node, other)
+
+    def _valid(self, items: Iterable[object], param: str) -> list[Node]:
+        graph = self._node._graph
+        out: list[Node] = []
+        seen: set[int] = set()
+        for item in _iterable(items, param):
+            other = graph._own(item, param)
+            if other is self._node:
+                raise ValueError(f"a node cannot depend on itself: {other!r}")
+            if id(other) not in seen:
+                seen.add(id(other))
+                out.append(other)
+        return out
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, Node):
+            return False
+        return item in self._current()
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(sorted(self._current(), key=_order))
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+    def __repr__(self) -> str:
+        side = "pred" if self._incoming else "succ"
+        return f"<{side} of {self._node!r}: {sorted(self._current(), key=_order)!r}>"
+
+    def add(self, value: Node) -> None:
+        """Add the edge to or from ``value``; nothing if it exists."""
+        self.update((value,))
+
+    def discard(self, value: Node) -> None:
+        """Remove the edge to or from ``value``; nothing if there is none."""
+        self.difference_update((value,))
+
+    def remove(self, value: Node) -> None:
+        """Remove the edge to or from ``value``; ``KeyError`` if there is none."""
+        (other,) = self._valid((value,), "value")
+        if other not in self._current():
+            raise KeyError(value)
+        self.difference_update((other,))
+
+    def update(self, *others: Iterable[Node]) -> None:
+        """Add edges to or from every node of ``others`` (all-or-nothing)."""
+        wanted = self._valid([item for it in others for item in _iterable(it, "others")], "others")
+        current = self._current()
+        adds = [self._edge(o) for o in sorted(wanted, key=_order) if o not in current]
+        apply_edges(self._node._graph, [], adds)
+
+    def difference_update(self, *others: Iterable[Node]) -> None:
+        """Remove the edges to or from every node of ``others`` that has one (all-or-nothing)."""
+        unwanted = self._valid([item for it in others for item in _iterable(it, "others")], "others")
+        current = self._current()
+        removes = [self._edge(o) for o in sorted(unwanted, key=_order) if o in current]
+        apply_edges(self._node._graph, removes, [])
+
+    def clear(self) -> None:
+        """Remove every edge of this side (all-or-nothing)."""
+        self._replace(())
+
+    def pop(self) -> Node:
+        """Remove and return one node of this side; ``KeyError`` if empty."""
+        current = sorted(self._current(), key=_order)
+        if not current:
+            raise KeyError("pop from an empty edge view")
+        self.difference_update((current[0],))
+        return current[0]
+
+    def _replace(self, nodes: Iterable[object]) -> None:
+        wanted = set(self._valid(nodes, "nodes"))
+        current = self._current()
+        removes = [self._edge(o) for o in sorted(current - wanted, key=_order)]
+        adds = [self._edge(o) for o in sorted(wanted - current, key=_order)]
+        apply_edges(self._node._graph, removes, adds)
+
+    def __ior__(self, other: Iterable[Any]) -> EdgeView:  # type: ignore[misc]
+        self.update(other)
+        return self
+
+    def __isub__(self, other: Iterable[Any]) -> EdgeView:
+        self.difference_update(other)
+        return self
+
+    def __iand__(self, other: Iterable[Any]) -> EdgeView:
+        keep = set(self._valid(other, "other"))
+        self.difference_update(self._current() - keep)
+        return self
+
+    def __ixor__(self, other: Iterable[Any]) -> EdgeView:  # type: ignore[misc]
+        toggled = set(self._valid(other, "other"))
+        current = self._current()
+        removes = [self._edge(o) for o in sorted(toggled & current, key=_order)]
+        adds = [self._edge(o) for o in sorted(toggled - current, key=_order)]
+        apply_edges(self._node._graph, removes, adds)
+        return self
+
+
+_PLURAL = frozenset({"deps", "nodes", "others", "other", "edges"})
+
+
+def _iterable(value: object, param: str) -> Iterable[object]:
+    """``value`` when it is an iterable of items (not a str or bytes), else the E3 ``TypeError``."""
+    if isinstance(value, str | bytes | Node) or not hasattr(type(value), "__iter__"):
+        raise wrong_kind(param, "an iterable of graph Nodes", value)
+    return value  # type: ignore[return-value]
+
+
+def _order(node: Node) -> int:
+    return node._order
+
+
+# --- parameters of node kinds --------------------------------------------------------------
+
+
+def _size_arg(size: object, what: str = "size") -> int:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"{what} must be an int, not {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"{what} must be 0 or more, not {size}")
+    return size
+
+
+def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tuple[Any, list[object]]:
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
+    if config.cluster is not None or config.cooperative_launch:
+        # A kernel node has no launch attributes here: dropping them silently would run another launch.
+        raise ValueError(f"a kernel node cannot take a cluster or cooperative launch configuration: {config!r}")
+    kernel.module._check_open()
+    owners: list[object] = [kernel, kernel.module]
+    for arg in args:
+        if isinstance(arg, Buffer | PinnedBuffer):
+            arg._check_open()
+            owners.append(arg)
+    gx, gy, gz, bx, by, bz = config.dims()
+    params = _types().CUDA_KERNEL_NODE_PARAMS()
+    params.func = kernel.handle
+    params.gridDimX, params.gridDimY, params.gridDimZ = gx, gy, gz
+    params.blockDimX, params.blockDimY, params.blockDimZ = bx, by, bz
+    params.sharedMemBytes = config.shared_mem
+    if kernel.parameters is not None:
+        # Checked against the kernel's parameter list (TypeError before the driver); the driver
+        # reads the block during the add call, and it is kept alive with the definition.
+        block, keep = kernel.pack(args)
+        params.kernelParams = block
+        if keep is not None:
+            owners.append(_ArgumentBlock(keep, []))
+    elif args:
+        # The driver reads the arguments through a void** array during the add call: build it
+        # here and keep it (and each value it points to) alive with the definition.
+        values, ctypes_types = pack_args(args)
+        cells = [ctype(value) for value, ctype in zip(values, ctypes_types, strict=True)]
+        array = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(cell) for cell in cells])
+        params.kernelParams = ctypes.addressof(array)
+        owners.append(_ArgumentBlock(array, cells))
+    return params, owners
+
+
+class _ArgumentBlock:
+    """Keeps a kernel node's packed arguments alive while the definition lives."""
+
+    __slots__ = ("array", "cells")
+
+    def __init__(self, array: Any, cells: list[Any]) -> None:
+        self.array = array
+        self.cells = cells
