@@ -43,6 +43,7 @@ from cuguard.resources._launch import KernelOccupancy as KernelOccupancy
 from cuguard.resources._launch import MaxPotentialBlockSizeOccupancyResult as MaxPotentialBlockSizeOccupancyResult
 from cuguard.resources._memory import Buffer as Buffer
 from cuguard.resources._memory import PinnedBuffer as PinnedBuffer
+from cuguard.resources._memres import MemoryResource as MemoryResource
 from cuguard.resources._module import Kernel as Kernel
 from cuguard.resources._module import LaunchConfig as LaunchConfig
 from cuguard.resources._module import Module as Module
@@ -76,6 +77,7 @@ __all__ = [
     "Linker",
     "LinkerOptions",
     "MaxPotentialBlockSizeOccupancyResult",
+    "MemoryResource",
     "Module",
     "ObjectCode",
     "PinnedBuffer",

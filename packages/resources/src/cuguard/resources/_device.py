@@ -460,6 +460,7 @@ class Device:
             buf._graph_used = False
             buf._release_deferred = False
             buf._lender = None
+            buf._mr = None
             buf._closed = False
             return buf
         return Buffer._allocate(context, self._ordinal, size)

@@ -129,7 +129,7 @@ class Buffer(Resource):
     :meth:`close` refuses.
     """
 
-    __slots__ = ("_device", "_graph_used", "_lender", "_release_deferred", "_size", "_stream")
+    __slots__ = ("_device", "_graph_used", "_lender", "_mr", "_mr_data", "_release_deferred", "_size", "_stream")
     _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "device memory"
     _factory = "Device.allocate()"
@@ -137,6 +137,8 @@ class Buffer(Resource):
     _size: int
     _stream: Stream | None
     _lender: object  # what keeps memory made elsewhere alive (its owner, a producer, a consumed tensor)
+    _mr: Any  # the MemoryResource it came from (which frees it), or None (_memres)
+    _mr_data: object  # what that resource needs to free it; set only when _mr is set
 
     @classmethod
     def _allocate(cls, context: Context, device: int, size: int) -> Buffer:
@@ -158,6 +160,7 @@ class Buffer(Resource):
         self._graph_used = False
         self._release_deferred = False
         self._lender = lender
+        self._mr = None
         return self
 
     @classmethod
@@ -308,6 +311,14 @@ class Buffer(Resource):
         return self._stream
 
     @property
+    def memory_resource(self) -> Any:
+        """The :class:`~cuguard.resources.MemoryResource` that allocated the memory and frees it, or ``None``.
+
+        ``None`` for :meth:`Device.allocate` memory and memory made elsewhere.
+        """
+        return self._mr
+
+    @property
     def ptr(self) -> int:
         """The device address as an int."""
         return int(self.handle)
@@ -362,6 +373,12 @@ class Buffer(Resource):
             self._closed = True
             return
         self._closed = True
+        mr = self._mr
+        if mr is not None:  # memory of a MemoryResource: it frees its own memory its own way
+            status, call = mr._release_buffer(self, stream, True)
+            if status:
+                self._release_failed(status, call)
+            return
         if stream is None:
             stream = self._stream
         if stream is not None and not stream._closed:
@@ -378,6 +395,9 @@ class Buffer(Resource):
             self._release_failed(status, call)
 
     def _release(self, raising: bool) -> tuple[Any, str]:
+        mr = self._mr
+        if mr is not None:
+            return mr._release_buffer(self, None, raising)  # type: ignore[no-any-return]
         stream = self._stream
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
@@ -570,12 +590,14 @@ class PinnedBuffer(Resource):
     or a live export exists, so neither can outlive the memory.
     """
 
-    __slots__ = ("_graph_used", "_release_deferred", "_size", "_views")
+    __slots__ = ("_graph_used", "_mr", "_mr_data", "_release_deferred", "_size", "_views")
     _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "pinned host memory"
     _factory = "Device.allocate_pinned()"
     _size: int
     _views: list[weakref.ref[Any]]
+    _mr: Any  # the MemoryResource it came from (which frees it), or None (_memres)
+    _mr_data: object  # what that resource needs to free it; set only when _mr is set
 
     @classmethod
     def _allocate(cls, context: Context, size: int) -> PinnedBuffer:
@@ -587,6 +609,19 @@ class PinnedBuffer(Resource):
         self._views = []
         self._graph_used = False
         self._release_deferred = False
+        self._mr = None
+        return self
+
+    @classmethod
+    def _made(cls, address: Any, context: Context, size: int) -> PinnedBuffer:
+        """The object for pinned memory allocated already (by a memory resource, which then adopts it)."""
+        self = object.__new__(cls)
+        self._init(address, context)
+        self._size = size
+        self._views = []
+        self._graph_used = False
+        self._release_deferred = False
+        self._mr = None
         return self
 
     @property
@@ -598,6 +633,14 @@ class PinnedBuffer(Resource):
     def address(self) -> int:
         """The host address as an int."""
         return int(self.handle)
+
+    @property
+    def memory_resource(self) -> Any:
+        """The :class:`~cuguard.resources.MemoryResource` that allocated the memory and frees it, or ``None``.
+
+        ``None`` for :meth:`Device.allocate_pinned` memory.
+        """
+        return self._mr
 
     def numpy(self, dtype: Any = "uint8") -> Any:
         """A NumPy array over the memory (1-D, of ``dtype``); it keeps this buffer alive.
@@ -613,7 +656,7 @@ class PinnedBuffer(Resource):
         self._views = [ref for ref in self._views if ref() is not None] + [weakref.ref(raw)]
         return np.frombuffer(raw, dtype=dtype)
 
-    def close(self) -> None:
+    def close(self, stream: Any = None) -> None:
         """Free the memory now (see :meth:`Resource.close`).
 
         Raises ``BufferError``, and changes nothing, while a NumPy view from
@@ -621,7 +664,17 @@ class PinnedBuffer(Resource):
         unconsumed, or a consumer's tensor not yet deleted).
         While a CUDA graph that may still run uses the memory, it is closed for
         use at once and freed when CUDA lets go of the graph (W5).
+
+        ``stream`` (a :class:`Stream` or ``__cuda_stream__`` object) matters
+        for memory of a stream-ordered memory resource (a pinned memory pool):
+        it is freed on that stream, after the work queued on it. Other pinned
+        memory is freed synchronously whatever ``stream`` says. A closed
+        ``stream`` raises ``ResourceClosedError`` before anything is freed.
         """
+        if stream is not None:
+            if type(stream) is not Stream:
+                stream = as_stream(stream, "stream")
+            stream._check_open()
         if not self._closed:
             if any(ref() is not None for ref in self._views):
                 raise BufferError(f"{self!r} still has live NumPy views; delete them before closing")
@@ -631,9 +684,19 @@ class PinnedBuffer(Resource):
                 self._release_deferred = True  # freed when the graph lets go of it (W5)
                 self._closed = True
                 return
+            mr = self._mr
+            if mr is not None and stream is not None and not self._context._closed:
+                self._closed = True
+                status, call = mr._release_buffer(self, stream, True)
+                if status:
+                    self._release_failed(status, call)
+                return
         super().close()
 
     def _release(self, raising: bool) -> tuple[Any, str]:
+        mr = self._mr
+        if mr is not None:
+            return mr._release_buffer(self, None, raising)  # type: ignore[no-any-return]
         return self._release_in_context(raising, _host_free_status)
 
     def __dlpack_device__(self) -> tuple[int, int]:
