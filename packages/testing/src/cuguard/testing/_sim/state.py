@@ -81,7 +81,7 @@ class Alloc:
     ctx: Ctx | None
     gen: int
     call: str
-    data: bytearray | None = None
+    data: bytearray | memoryview | None = None  # memoryview: a shareable pool's memory file
     buffer: Any = None  # the ctypes array behind host memory
     freed: bool = False
     graph_owned: bool = False
