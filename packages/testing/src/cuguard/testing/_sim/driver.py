@@ -11,7 +11,9 @@ from typing import Any
 from cuguard.errors import flush_deferred, use_driver
 from cuguard.testing._sim.graphs import SimGraphs
 from cuguard.testing._sim.launches import SimLaunches
+from cuguard.testing._sim.pools import SimPools
 from cuguard.testing._sim.queries import SimQueries
+from cuguard.testing._sim.vmm import SimVmm
 
 __all__ = [
     "SIM_DEVICES_VARIABLE",
@@ -27,7 +29,7 @@ SIM_DEVICES_VARIABLE = "CUGUARD_SIM_DEVICES"
 SIM_STAND_INS_VARIABLE = "CUGUARD_SIM_STAND_INS"
 
 
-class SimulatedDriver(SimGraphs, SimLaunches, SimQueries):
+class SimulatedDriver(SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
     """A CPU-only CUDA driver with the functions of ``cuda.bindings.driver``.
 
     Every driver function has the name, parameters and return convention of

@@ -501,6 +501,9 @@ _RELEASE_CALLS = frozenset(
         "cuCtxDestroy",
         "cuDevicePrimaryCtxRelease",
         "cuUserObjectRelease",
+        "cuMemUnmap",
+        "cuMemRelease",
+        "cuMemAddressFree",
     }
 )
 
