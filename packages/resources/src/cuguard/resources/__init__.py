@@ -35,12 +35,20 @@ parameter (contract E3). Wherever a stream is taken, any object with
 
 from __future__ import annotations
 
+from cuguard.resources._accounting import MemoryRecord as MemoryRecord
+from cuguard.resources._accounting import MemoryReport as MemoryReport
+from cuguard.resources._accounting import memory_in_use as memory_in_use
 from cuguard.resources._base import Resource as Resource
 from cuguard.resources._device import Device as Device
 from cuguard.resources._device import MemoryInfo as MemoryInfo
+from cuguard.resources._ipc import IPCAllocationHandle as IPCAllocationHandle
+from cuguard.resources._ipc import IPCBufferDescriptor as IPCBufferDescriptor
+from cuguard.resources._ipc import IPCEventDescriptor as IPCEventDescriptor
 from cuguard.resources._launch import KernelAttributes as KernelAttributes
 from cuguard.resources._launch import KernelOccupancy as KernelOccupancy
-from cuguard.resources._launch import MaxPotentialBlockSizeOccupancyResult as MaxPotentialBlockSizeOccupancyResult
+from cuguard.resources._launch import (
+    MaxPotentialBlockSizeOccupancyResult as MaxPotentialBlockSizeOccupancyResult,
+)
 from cuguard.resources._memory import Buffer as Buffer
 from cuguard.resources._memory import PinnedBuffer as PinnedBuffer
 from cuguard.resources._memres import MemoryResource as MemoryResource
@@ -53,6 +61,15 @@ from cuguard.resources._module import pack_args as pack_args
 from cuguard.resources._module import wait_attributed as wait_attributed
 from cuguard.resources._objectcode import ObjectCode as ObjectCode
 from cuguard.resources._params import KernelParameter as KernelParameter
+from cuguard.resources._pools import DeviceMemoryResource as DeviceMemoryResource
+from cuguard.resources._pools import (
+    DeviceMemoryResourceOptions as DeviceMemoryResourceOptions,
+)
+from cuguard.resources._pools import MemoryPoolAttributes as MemoryPoolAttributes
+from cuguard.resources._pools import PinnedMemoryResource as PinnedMemoryResource
+from cuguard.resources._pools import (
+    PinnedMemoryResourceOptions as PinnedMemoryResourceOptions,
+)
 from cuguard.resources._program import Linker as Linker
 from cuguard.resources._program import LinkerOptions as LinkerOptions
 from cuguard.resources._program import Program as Program
@@ -67,8 +84,13 @@ from cuguard.resources._stream import as_stream as as_stream
 __all__ = [
     "Buffer",
     "Device",
+    "DeviceMemoryResource",
+    "DeviceMemoryResourceOptions",
     "DeviceProperties",
     "Event",
+    "IPCAllocationHandle",
+    "IPCBufferDescriptor",
+    "IPCEventDescriptor",
     "Kernel",
     "KernelAttributes",
     "KernelOccupancy",
@@ -77,10 +99,15 @@ __all__ = [
     "Linker",
     "LinkerOptions",
     "MaxPotentialBlockSizeOccupancyResult",
+    "MemoryPoolAttributes",
+    "MemoryRecord",
+    "MemoryReport",
     "MemoryResource",
     "Module",
     "ObjectCode",
     "PinnedBuffer",
+    "PinnedMemoryResource",
+    "PinnedMemoryResourceOptions",
     "Program",
     "ProgramCache",
     "ProgramOptions",
@@ -90,6 +117,7 @@ __all__ = [
     "describe_launch",
     "launch",
     "link",
+    "memory_in_use",
     "pack_args",
     "wait_attributed",
 ]

@@ -373,14 +373,23 @@ class Device:
             raise ValueError(f"{obj!r} is a stream of device {stream._device}, not of {self!r}")
         return stream
 
-    def create_event(self, *, timing: bool = False) -> Event:
+    def create_event(self, *, timing: bool = False, ipc_enabled: bool = False) -> Event:
         """A new event on this device; ``timing=True`` makes an event that :meth:`Event.elapsed_since` can time.
 
         Timing is off by default, as in cuda.core (such events are cheaper).
+        ``ipc_enabled=True`` makes an event other processes can open
+        (:meth:`Event.get_ipc_descriptor`); such events cannot time
+        (``ValueError`` with ``timing=True``).
 
         Raises :class:`~cuguard.errors.CUDAError` if the driver refuses; no
         event exists then, and the caller's context is unchanged (G1, G2).
         """
+        if ipc_enabled:
+            if timing:
+                raise ValueError("an IPC-enabled event cannot time (the driver requires timing off)")
+            from cuguard.resources._ipc import create_ipc_event
+
+            return create_ipc_event(self)
         context = self._context
         if context is None:
             context = self.context

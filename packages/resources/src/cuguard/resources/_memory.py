@@ -318,6 +318,44 @@ class Buffer(Resource):
         """
         return self._mr
 
+    def get_ipc_descriptor(self) -> Any:
+        """An :class:`~cuguard.resources.IPCBufferDescriptor` with which another process maps this buffer.
+
+        Only buffers of an IPC-enabled :class:`~cuguard.resources.DeviceMemoryResource`
+        of this process can be shared (``ValueError`` otherwise, before the
+        driver is asked). The other process maps it with
+        :meth:`from_ipc_descriptor` and must free its mapping before this
+        buffer is freed. Raises :class:`~cuguard.errors.CUDAError` if the
+        driver refuses, ``ResourceClosedError`` once closed.
+        """
+        from cuguard.resources._ipc import buffer_descriptor
+
+        return buffer_descriptor(self)
+
+    @classmethod
+    def from_ipc_descriptor(cls, mr: Any, descriptor: Any, stream: Any = None) -> Buffer:
+        """Map a buffer another process shared (:meth:`get_ipc_descriptor`) through its imported pool ``mr``.
+
+        ``mr`` is the :class:`~cuguard.resources.DeviceMemoryResource` made
+        by ``DeviceMemoryResource.from_allocation_handle`` from the exporter's
+        pool. The new buffer is owned by this process: its ``close()`` (on
+        ``stream`` if given, else synchronously) unmaps it, and must come
+        before the exporter frees its own buffer. Do not use it before the
+        exporter's allocation completed (wait on an IPC event the exporter
+        recorded after allocating). Another kind of argument raises
+        ``TypeError``, a pool that was not imported ``ValueError``, a refusal
+        :class:`~cuguard.errors.CUDAError` (nothing is mapped then).
+        """
+        from cuguard.resources._ipc import import_buffer
+
+        return import_buffer(mr, descriptor, stream)
+
+    @property
+    def ptr(self) -> int:
+        """The device address as an int."""
+        return int(self.handle)
+
+
     @property
     def ptr(self) -> int:
         """The device address as an int."""

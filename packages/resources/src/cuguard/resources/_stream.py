@@ -327,6 +327,41 @@ class Event(Resource):
     _device: int
     _timing: bool
 
+    @property
+    def is_ipc_enabled(self) -> bool:
+        """Whether the event can be shared with other processes (``Device.create_event(ipc_enabled=True)``)."""
+        from cuguard.resources._ipc import is_ipc_event
+
+        return is_ipc_event(self)
+
+    def get_ipc_descriptor(self) -> Any:
+        """An :class:`~cuguard.resources.IPCEventDescriptor` with which another process opens this event.
+
+        ``ValueError`` for an event not created IPC-enabled (before the driver
+        is asked); :class:`~cuguard.errors.CUDAError` if the driver refuses;
+        ``ResourceClosedError`` once closed. Each process destroys its own
+        event; using the other process's copy after this one is destroyed is
+        undefined (the driver's rule).
+        """
+        from cuguard.resources._ipc import event_descriptor
+
+        return event_descriptor(self)
+
+    @classmethod
+    def from_ipc_descriptor(cls, descriptor: Any, device: Any = None) -> Event:
+        """Open an event another process shared (:meth:`get_ipc_descriptor`), in ``device``'s context.
+
+        ``device`` is a :class:`Device` or ordinal (default: ``Device()``).
+        The opened event is this process's own (closed like any event); it
+        cannot time. Opening it in the process that created it is refused by
+        the driver. Raises ``TypeError`` for another kind of descriptor and
+        :class:`~cuguard.errors.CUDAError` if the driver refuses (nothing is
+        opened then).
+        """
+        from cuguard.resources._ipc import open_event
+
+        return open_event(descriptor, device)
+
     @classmethod
     def _create(cls, context: Context, device: int, timing: bool) -> Event:
         flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING

@@ -1,0 +1,352 @@
+"""Sharing memory pools, buffers and events with other processes (CUDA IPC).
+
+Ownership rules:
+
+- The exporting process owns its pool and its buffers. It shares the pool
+  once (:meth:`DeviceMemoryResource.get_allocation_handle`, a POSIX file
+  descriptor held by an :class:`IPCAllocationHandle`) and each buffer by a
+  descriptor (:meth:`Buffer.get_ipc_descriptor`, an
+  :class:`IPCBufferDescriptor`: 64 bytes of plain data).
+- The importing process owns what it imported: the imported pool
+  (:meth:`DeviceMemoryResource.from_allocation_handle`) and each imported
+  buffer (:meth:`Buffer.from_ipc_descriptor`); it frees them itself
+  (``close()`` or collection). An imported buffer must be freed before the
+  exporter frees its own buffer (order it, e.g., with an IPC event or a
+  message): the driver leaves freeing it afterwards undefined. A release the
+  driver refuses (an exporter that went away first...) leaks the imported
+  buffer and reports it, as every release does; nothing is freed twice.
+- IPC events (``Device.create_event(ipc_enabled=True)``) are shared by an
+  :class:`IPCEventDescriptor` and opened in the other process with
+  :meth:`Event.from_ipc_descriptor`; each process destroys its own event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from cuguard.context import call_in
+from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.resources._memory import Buffer
+from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, driver_types
+
+__all__ = ["IPCAllocationHandle", "IPCBufferDescriptor", "IPCEventDescriptor"]
+
+_EXPORT_BYTES = 64  # CUmemPoolPtrExportData and CUipcEventHandle are 64 opaque bytes each
+
+
+def _struct_bytes(obj: Any) -> bytes:
+    return ctypes.string_at(int(obj.getPtr()), _EXPORT_BYTES)
+
+
+def _struct_from(cls: Any, payload: bytes) -> Any:
+    obj = cls()
+    ctypes.memmove(int(obj.getPtr()), payload, _EXPORT_BYTES)
+    return obj
+
+
+def _fd_handle_type() -> Any:
+    return driver_types().CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+
+
+class IPCAllocationHandle:
+    """A POSIX file descriptor that shares a memory pool with other processes; it owns the descriptor.
+
+    Send it to another process with ``multiprocessing`` (as an argument of a
+    spawned ``Process``, or through a ``Queue``/``Pipe``: the descriptor is
+    duplicated into the receiver, which gets its own handle), or send
+    :attr:`fd` yourself over a Unix socket (``socket.send_fds``). Plain
+    ``pickle`` refuses (a descriptor number means nothing in another
+    process). :meth:`close` (or collection) closes the descriptor; the pool
+    itself is unaffected.
+    """
+
+    __slots__ = ("__weakref__", "_fd")
+    _fd: int
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "IPCAllocationHandle objects come from DeviceMemoryResource.get_allocation_handle() "
+            "or IPCAllocationHandle.from_fd()"
+        )
+
+    @classmethod
+    def from_fd(cls, fd: int) -> IPCAllocationHandle:
+        """Take ownership of ``fd`` (e.g., received with ``socket.recv_fds``): the handle closes it."""
+        if isinstance(fd, bool) or not isinstance(fd, int):
+            raise wrong_kind("fd", "an int file descriptor", fd)
+        if fd < 0:
+            raise ValueError(f"fd must be 0 or more, not {fd}")
+        self = object.__new__(cls)
+        self._fd = fd
+        return self
+
+    @property
+    def fd(self) -> int:
+        """The descriptor; ``ValueError`` once closed."""
+        if self._fd < 0:
+            raise ValueError(f"{self!r} is closed")
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        """Whether the descriptor was closed."""
+        return self._fd < 0
+
+    def close(self) -> None:
+        """Close the descriptor now; idempotent. An ``OSError`` from the system propagates."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> IPCAllocationHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            fd = self._fd
+        except AttributeError:
+            return
+        if fd >= 0:
+            self._fd = -1
+            with contextlib.suppress(OSError):  # closed behind our back: nothing left to release
+                os.close(fd)
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "an IPCAllocationHandle is sent with multiprocessing (Process arguments, Queue, Pipe) "
+            "or by its fd over a Unix socket (socket.send_fds), not with plain pickle"
+        )
+
+    def __repr__(self) -> str:
+        return f"<IPCAllocationHandle fd={self._fd}>" if self._fd >= 0 else "<IPCAllocationHandle closed>"
+
+
+def _rebuild_handle(dup: Any) -> IPCAllocationHandle:
+    return IPCAllocationHandle.from_fd(dup.detach())
+
+
+def _reduce_handle(handle: IPCAllocationHandle) -> Any:
+    from multiprocessing import reduction
+
+    return _rebuild_handle, (reduction.DupFd(handle.fd),)
+
+
+def _register_reduction() -> None:
+    from multiprocessing import reduction
+
+    reduction.register(IPCAllocationHandle, _reduce_handle)
+
+
+_register_reduction()
+
+
+@dataclass(frozen=True)
+class IPCBufferDescriptor:
+    """What another process needs to map one buffer of a shared pool: plain bytes, picklable.
+
+    ``data`` is the driver's 64-byte export data, ``size`` the buffer's size
+    in bytes. Made by :meth:`Buffer.get_ipc_descriptor`, used by
+    :meth:`Buffer.from_ipc_descriptor`.
+    """
+
+    data: bytes
+    size: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, bytes) or len(self.data) != _EXPORT_BYTES:
+            raise ValueError(f"data must be {_EXPORT_BYTES} bytes")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
+            raise ValueError(f"size must be an int of 0 or more, not {self.size!r}")
+
+
+@dataclass(frozen=True)
+class IPCEventDescriptor:
+    """What another process needs to open an IPC event: the driver's 64-byte handle, picklable.
+
+    Made by :meth:`Event.get_ipc_descriptor`, used by :meth:`Event.from_ipc_descriptor`.
+    """
+
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, bytes) or len(self.data) != _EXPORT_BYTES:
+            raise ValueError(f"data must be {_EXPORT_BYTES} bytes")
+
+
+# --- pools ---------------------------------------------------------------------------------
+
+
+def export_pool(mr: Any) -> IPCAllocationHandle:
+    """``DeviceMemoryResource.get_allocation_handle``."""
+    if not mr._ipc or mr._imported:
+        what = "imported" if mr._imported else "not IPC-enabled (DeviceMemoryResourceOptions(ipc_enabled=True))"
+        raise ValueError(f"{mr!r} cannot be shared: it is {what}")
+    err, fd = driver.cuMemPoolExportToShareableHandle(mr.handle, _fd_handle_type(), 0)
+    if err:
+        raise_status(err, "cuMemPoolExportToShareableHandle")
+    return IPCAllocationHandle.from_fd(int(fd))
+
+
+def _pool_destroy(pool: Any) -> None:
+    (err,) = driver.cuMemPoolDestroy(pool)
+    if err:
+        raise_status(err, "cuMemPoolDestroy")
+
+
+def _import_pool(fd: int) -> Any:
+    err, pool = driver.cuMemPoolImportFromShareableHandle(fd, _fd_handle_type(), 0)
+    if err:
+        raise_status(err, "cuMemPoolImportFromShareableHandle")
+    return pool
+
+
+def import_pool(cls: Any, device: Any, alloc_handle: Any) -> Any:
+    """``DeviceMemoryResource.from_allocation_handle``."""
+    if isinstance(alloc_handle, IPCAllocationHandle):
+        fd = alloc_handle.fd
+    elif not isinstance(alloc_handle, bool) and isinstance(alloc_handle, int):
+        if alloc_handle < 0:
+            raise ValueError(f"alloc_handle must be a file descriptor (0 or more), not {alloc_handle}")
+        fd = alloc_handle
+    else:
+        raise wrong_kind("alloc_handle", "an IPCAllocationHandle or an int file descriptor", alloc_handle)
+    context = device.context
+    pool = call_in(context, _import_pool, _pool_destroy, fd)
+    return cls._imported_pool(pool, context, device.ordinal)
+
+
+# --- buffers -------------------------------------------------------------------------------
+
+
+def buffer_descriptor(buffer: Buffer) -> IPCBufferDescriptor:
+    """``Buffer.get_ipc_descriptor``."""
+    from cuguard.resources._pools import DeviceMemoryResource
+
+    mr = buffer._mr
+    handle = buffer.handle  # ResourceClosedError once closed
+    if not isinstance(mr, DeviceMemoryResource) or not mr._ipc or mr._imported:
+        raise ValueError(
+            f"{buffer!r} cannot be shared: only buffers allocated from an IPC-enabled DeviceMemoryResource "
+            "of this process can"
+        )
+    err, data = driver.cuMemPoolExportPointer(handle)
+    if err:
+        raise_status(err, "cuMemPoolExportPointer")
+    return IPCBufferDescriptor(_struct_bytes(data), buffer._size)
+
+
+def _free_now(ptr: Any) -> None:
+    (err,) = driver.cuMemFree(ptr)
+    if err:
+        raise_status(err, "cuMemFree")
+
+
+def _import_pointer(pool: Any, data: Any) -> Any:
+    err, ptr = driver.cuMemPoolImportPointer(pool, data)
+    if err:
+        raise_status(err, "cuMemPoolImportPointer")
+    return ptr
+
+
+def import_buffer(mr: Any, descriptor: Any, stream: Any) -> Buffer:
+    """``Buffer.from_ipc_descriptor``."""
+    from cuguard.resources._pools import DeviceMemoryResource
+
+    if not isinstance(mr, DeviceMemoryResource):
+        raise wrong_kind("mr", "a DeviceMemoryResource", mr)
+    if not isinstance(descriptor, IPCBufferDescriptor):
+        raise wrong_kind("descriptor", "an IPCBufferDescriptor", descriptor)
+    if stream is not None and type(stream) is not Stream:
+        stream = as_stream(stream, "stream")
+    if not mr._imported:
+        raise ValueError(
+            f"{mr!r} was not imported: buffers of another process are mapped through the pool imported "
+            "with DeviceMemoryResource.from_allocation_handle"
+        )
+    pool = mr.handle  # ResourceClosedError once closed
+    if stream is not None:
+        stream._check_open()
+    data = _struct_from(driver_types().CUmemPoolPtrExportData, descriptor.data)
+    ptr = call_in(mr._context, _import_pointer, _free_now, pool, data)
+    buf = Buffer._made(ptr, mr._context, mr._device_ordinal, descriptor.size)
+    buf._stream = stream
+    result: Buffer = mr._adopt(buf)
+    return result
+
+
+# --- events --------------------------------------------------------------------------------
+
+#: Events created IPC-enabled (weakly held: accounting never keeps an event alive).
+_ipc_events: weakref.WeakSet[Event] = weakref.WeakSet()
+_IPC_FLAGS = 0x2 | 0x4  # CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS
+
+
+def _event_create(flags: int) -> Any:
+    err, handle = driver.cuEventCreate(flags)
+    if err:
+        raise_status(err, "cuEventCreate")
+    return handle
+
+
+def _made_event(handle: Any, context: Any, device: int) -> Event:
+    event = object.__new__(Event)
+    event._init(handle, context)
+    event._device = device
+    event._timing = False
+    _ipc_events.add(event)
+    return event
+
+
+def create_ipc_event(device: Any) -> Event:
+    """``Device.create_event(ipc_enabled=True)``."""
+    context = device.context
+    handle = call_in(context, _event_create, _event_destroy, _IPC_FLAGS)
+    return _made_event(handle, context, device.ordinal)
+
+
+def is_ipc_event(event: Event) -> bool:
+    return event in _ipc_events
+
+
+def event_descriptor(event: Event) -> IPCEventDescriptor:
+    """``Event.get_ipc_descriptor``."""
+    handle = event.handle  # ResourceClosedError once closed
+    if event not in _ipc_events:
+        raise ValueError(f"{event!r} cannot be shared: create it with Device.create_event(ipc_enabled=True)")
+    err, ipc = driver.cuIpcGetEventHandle(handle)
+    if err:
+        raise_status(err, "cuIpcGetEventHandle")
+    return IPCEventDescriptor(_struct_bytes(ipc))
+
+
+def _open_event(ipc: Any) -> Any:
+    err, handle = driver.cuIpcOpenEventHandle(ipc)
+    if err:
+        raise_status(err, "cuIpcOpenEventHandle")
+    return handle
+
+
+def open_event(descriptor: Any, device: Any) -> Event:
+    """``Event.from_ipc_descriptor``."""
+    from cuguard.resources._pools import _device_of
+
+    if not isinstance(descriptor, IPCEventDescriptor):
+        raise wrong_kind("descriptor", "an IPCEventDescriptor", descriptor)
+    if device is None:
+        from cuguard.resources._device import Device
+
+        dev = Device()
+    else:
+        dev = _device_of(device)
+    context = dev.context
+    ipc = _struct_from(driver_types().CUipcEventHandle, descriptor.data)
+    handle = call_in(context, _open_event, _event_destroy, ipc)
+    return _made_event(handle, context, dev.ordinal)

@@ -1,0 +1,565 @@
+"""Memory pools: :class:`DeviceMemoryResource` (device memory) and :class:`PinnedMemoryResource` (host memory).
+
+Both allocate stream-ordered (``cuMemAllocFromPoolAsync``) from a CUDA memory
+pool: the device's current pool (by default, not owned) or one they create
+(``cuMemPoolCreate``) and destroy on :meth:`close` or collection. Creating a
+pool is all or nothing: when setting an option fails, the new pool is
+destroyed again before the error propagates (G1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cuguard.context import Context, call_in, init_driver
+from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, wrong_kind
+from cuguard.resources._base import Resource
+from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
+from cuguard.resources._memory import _size as _check_size
+from cuguard.resources._memres import MemoryResource
+from cuguard.resources._stream import Stream, as_stream, driver_types
+
+__all__ = [
+    "DeviceMemoryResource",
+    "DeviceMemoryResourceOptions",
+    "MemoryPoolAttributes",
+    "PinnedMemoryResource",
+    "PinnedMemoryResourceOptions",
+]
+
+
+@dataclass(frozen=True)
+class DeviceMemoryResourceOptions:
+    """Options of a new device memory pool (:class:`DeviceMemoryResource`).
+
+    ``max_size``: the most bytes the pool may hold (0: no limit but the
+    device's memory). ``ipc_enabled``: the pool can be shared with other
+    processes through a POSIX file descriptor
+    (:meth:`DeviceMemoryResource.get_allocation_handle`). ``release_threshold``:
+    bytes of freed memory the pool keeps reserved instead of giving them back
+    to the device at synchronization points (``None``: the driver's default,
+    0). The three ``reuse_*`` policies say when freed memory may be handed out
+    again to another stream (``None``: the driver's default, enabled).
+    """
+
+    max_size: int = 0
+    ipc_enabled: bool = False
+    release_threshold: int | None = None
+    reuse_follow_event_dependencies: bool | None = None
+    reuse_allow_opportunistic: bool | None = None
+    reuse_allow_internal_dependencies: bool | None = None
+
+
+@dataclass(frozen=True)
+class PinnedMemoryResourceOptions:
+    """Options of a new pinned host memory pool (:class:`PinnedMemoryResource`); see
+    :class:`DeviceMemoryResourceOptions` for their meaning (``ipc_enabled`` is not offered for host pools)."""
+
+    max_size: int = 0
+    release_threshold: int | None = None
+    reuse_follow_event_dependencies: bool | None = None
+    reuse_allow_opportunistic: bool | None = None
+    reuse_allow_internal_dependencies: bool | None = None
+    numa_id: int = 0  # the host NUMA node the memory lives on
+
+
+def _attr(name: str) -> Any:
+    return getattr(driver_types().CUmemPool_attribute, "CU_MEMPOOL_ATTR_" + name)
+
+
+def _get_attribute(pool: Any, name: str) -> int:
+    err, value = driver.cuMemPoolGetAttribute(pool, _attr(name))
+    if err:
+        raise_status(err, "cuMemPoolGetAttribute")
+    return int(value)
+
+
+def _set_attribute(pool: Any, name: str, value: int) -> None:
+    types = driver_types()
+    wide = name in ("RELEASE_THRESHOLD", "RESERVED_MEM_HIGH", "USED_MEM_HIGH")
+    (err,) = driver.cuMemPoolSetAttribute(pool, _attr(name), types.cuuint64_t(value) if wide else int(value))
+    if err:
+        raise_status(err, "cuMemPoolSetAttribute")
+
+
+def _nonnegative(value: object, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise wrong_kind(param, "an int", value)
+    if value < 0:
+        raise ValueError(f"{param} must be 0 or more, not {value}")
+    return value
+
+
+def _flag(value: object, param: str) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise wrong_kind(param, "a bool or None", value)
+    return value
+
+
+_SETTINGS = (
+    ("reuse_follow_event_dependencies", "REUSE_FOLLOW_EVENT_DEPENDENCIES"),
+    ("reuse_allow_opportunistic", "REUSE_ALLOW_OPPORTUNISTIC"),
+    ("reuse_allow_internal_dependencies", "REUSE_ALLOW_INTERNAL_DEPENDENCIES"),
+)
+
+
+class MemoryPoolAttributes:
+    """The live attributes of a memory pool (``mr.attributes``): each read asks the driver.
+
+    ``release_threshold`` and the three ``reuse_*`` policies can be set; the
+    ``*_mem_current``/``*_mem_high`` counters (bytes reserved from the device,
+    bytes handed out) are read-only, and :meth:`reset_high_watermarks` resets
+    the two high-water marks to the current values. A refused read or write
+    raises :class:`~cuguard.errors.CUDAError` and changes nothing;
+    ``ResourceClosedError`` once the pool was closed.
+    """
+
+    __slots__ = ("_mr",)
+
+    def __init__(self, mr: _PoolResource) -> None:
+        self._mr = mr
+
+    def _get(self, name: str) -> int:
+        return _get_attribute(self._mr.handle, name)
+
+    def _set(self, name: str, value: int) -> None:
+        _set_attribute(self._mr.handle, name, value)
+
+    @property
+    def release_threshold(self) -> int:
+        """Bytes of freed memory the pool keeps instead of giving them back at synchronization points."""
+        return self._get("RELEASE_THRESHOLD")
+
+    @release_threshold.setter
+    def release_threshold(self, value: int) -> None:
+        self._set("RELEASE_THRESHOLD", _nonnegative(value, "release_threshold"))
+
+    @property
+    def reuse_follow_event_dependencies(self) -> bool:
+        """Whether memory freed on one stream is reused on another once an event orders them."""
+        return bool(self._get("REUSE_FOLLOW_EVENT_DEPENDENCIES"))
+
+    @reuse_follow_event_dependencies.setter
+    def reuse_follow_event_dependencies(self, value: bool) -> None:
+        self._set("REUSE_FOLLOW_EVENT_DEPENDENCIES", int(bool(_flag(value, "reuse_follow_event_dependencies"))))
+
+    @property
+    def reuse_allow_opportunistic(self) -> bool:
+        """Whether memory whose free has completed on the GPU is reused on any stream."""
+        return bool(self._get("REUSE_ALLOW_OPPORTUNISTIC"))
+
+    @reuse_allow_opportunistic.setter
+    def reuse_allow_opportunistic(self, value: bool) -> None:
+        self._set("REUSE_ALLOW_OPPORTUNISTIC", int(bool(_flag(value, "reuse_allow_opportunistic"))))
+
+    @property
+    def reuse_allow_internal_dependencies(self) -> bool:
+        """Whether the driver may insert dependencies between streams to reuse memory."""
+        return bool(self._get("REUSE_ALLOW_INTERNAL_DEPENDENCIES"))
+
+    @reuse_allow_internal_dependencies.setter
+    def reuse_allow_internal_dependencies(self, value: bool) -> None:
+        self._set("REUSE_ALLOW_INTERNAL_DEPENDENCIES", int(bool(_flag(value, "reuse_allow_internal_dependencies"))))
+
+    @property
+    def reserved_mem_current(self) -> int:
+        """Bytes the pool has reserved from the device (or host) now."""
+        return self._get("RESERVED_MEM_CURRENT")
+
+    @property
+    def reserved_mem_high(self) -> int:
+        """The most bytes the pool had reserved since creation or the last reset."""
+        return self._get("RESERVED_MEM_HIGH")
+
+    @property
+    def used_mem_current(self) -> int:
+        """Bytes of the pool handed out and not freed now."""
+        return self._get("USED_MEM_CURRENT")
+
+    @property
+    def used_mem_high(self) -> int:
+        """The most bytes handed out at once since creation or the last reset."""
+        return self._get("USED_MEM_HIGH")
+
+    def reset_high_watermarks(self) -> None:
+        """Reset ``reserved_mem_high`` and ``used_mem_high`` to the current values."""
+        self._set("RESERVED_MEM_HIGH", 0)
+        self._set("USED_MEM_HIGH", 0)
+
+    def __repr__(self) -> str:
+        return f"<MemoryPoolAttributes of {self._mr!r}>"
+
+
+def _pool_destroy(pool: Any) -> None:
+    (err,) = driver.cuMemPoolDestroy(pool)
+    if err:
+        raise_status(err, "cuMemPoolDestroy")
+
+
+def _grant_access(pool: Any, device: int) -> None:
+    types = driver_types()
+    desc = types.CUmemAccessDesc()
+    desc.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    desc.location.id = device
+    desc.flags = types.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    (err,) = driver.cuMemPoolSetAccess(pool, [desc], 1)
+    if err:
+        raise_status(err, "cuMemPoolSetAccess")
+
+
+def _create_pool(props: Any, settings: list[tuple[str, int]], access: int | None = None) -> Any:
+    """``cuMemPoolCreate``, each attribute, then ``access`` for a device; a failed step destroys the pool (G1)."""
+    err, pool = driver.cuMemPoolCreate(props)
+    if err:
+        raise_status(err, "cuMemPoolCreate")
+    try:
+        for name, value in settings:
+            _set_attribute(pool, name, value)
+        if access is not None:
+            _grant_access(pool, access)
+    except CUDAError as exc:
+        try:
+            _pool_destroy(pool)
+        except CUDAError as undo:
+            add_failure_note(exc, undo, handle=pool)
+        raise
+    return pool
+
+
+def _settings(options: Any) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    if options.release_threshold is not None:
+        out.append(("RELEASE_THRESHOLD", _nonnegative(options.release_threshold, "release_threshold")))
+    for field_name, attr in _SETTINGS:
+        value = _flag(getattr(options, field_name), field_name)
+        if value is not None:
+            out.append((attr, int(value)))
+    return out
+
+
+def _device_of(device: Any) -> Any:
+    from cuguard.resources._device import Device
+
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise wrong_kind("device", "a Device or a device ordinal", device)
+    return Device(device)
+
+
+def _alloc_from_pool(size: int, pool: Any, stream: Any) -> Any:
+    err, ptr = driver.cuMemAllocFromPoolAsync(size, pool, stream)
+    if err:
+        raise_status(err, "cuMemAllocFromPoolAsync")
+    return ptr
+
+
+def _alloc_sync(size: int, pool: Any) -> Any:
+    """Allocate on the legacy default stream and wait for it: usable from every stream at once."""
+    null = driver_types().CUstream(0)
+    ptr = _alloc_from_pool(size, pool, null)
+    (err,) = driver.cuStreamSynchronize(null)
+    if err:
+        (undo,) = driver.cuMemFree(ptr)
+        exc = CUDAError(err, "cuStreamSynchronize")
+        if undo:
+            add_failure_note(exc, CUDAError(undo, "cuMemFree", "the new allocation was leaked"), handle=ptr)
+        raise exc
+    return ptr
+
+
+def _free_undo(ptr: Any) -> None:
+    (err,) = driver.cuMemFree(ptr)
+    if err:
+        raise_status(err, "cuMemFree")
+
+
+class _PoolResource(MemoryResource[Any], Resource):
+    """What device and pinned memory pools share: the pool handle, its ownership, allocation and free."""
+
+    __slots__ = ()
+    _what = "memory pool"
+    _factory = "DeviceMemoryResource(device, options) or PinnedMemoryResource(device, options)"
+    _device_ordinal: int
+    _ipc: bool
+    _imported: bool
+
+    def _setup(self, handle: Any, context: Context, device: int, *, owned: bool, ipc: bool, imported: bool) -> None:
+        MemoryResource.__init__(self)
+        self._init(handle, context, owned)
+        self._device_ordinal = device
+        self._ipc = ipc
+        self._imported = imported
+
+    @property
+    def attributes(self) -> MemoryPoolAttributes:
+        """The pool's live attributes (release threshold, reuse policies, reserved and used memory)."""
+        return MemoryPoolAttributes(self)
+
+    @property
+    def owned(self) -> bool:
+        """Whether this resource created the pool (and destroys it on :meth:`close`)."""
+        return self._owned
+
+    @property
+    def is_ipc_enabled(self) -> bool:
+        """Whether the pool can be shared with other processes."""
+        return self._ipc
+
+    @property
+    def is_imported(self) -> bool:
+        """Whether the pool was imported from another process (it then only maps that process's buffers)."""
+        return self._imported
+
+    def trim(self, keep: int = 0) -> None:
+        """Give memory the pool holds but does not use back to the device, keeping at least ``keep`` bytes.
+
+        A bad ``keep`` raises ``TypeError``/``ValueError``; a refusal
+        :class:`~cuguard.errors.CUDAError` (nothing was trimmed then).
+        """
+        keep = _nonnegative(keep, "keep")
+        (err,) = driver.cuMemPoolTrimTo(self.handle, keep)
+        if err:
+            raise_status(err, "cuMemPoolTrimTo")
+
+    def _check_allocate(self, size: int, stream: Any) -> tuple[int, Stream | None]:
+        if type(size) is not int or size < 0:
+            size = _check_size(size)
+        if stream is not None and type(stream) is not Stream:
+            stream = as_stream(stream, "stream")
+        if self._imported:
+            raise ValueError(
+                f"{self!r} was imported from another process: it maps that process's buffers "
+                "(Buffer.from_ipc_descriptor) and allocates none of its own"
+            )
+        handle = self.handle  # ResourceClosedError once closed
+        del handle
+        if stream is not None:
+            stream._check_open()
+        return size, stream
+
+    def _allocate_ptr(self, size: int, stream: Stream | None) -> Any:
+        if stream is not None:
+            return _alloc_from_pool(size, self._handle, stream._handle)
+        return call_in(self._context, _alloc_sync, _free_undo, size, self._handle)
+
+    def _free(self, buffer: Any, stream: Stream | None, raising: bool) -> tuple[Any, str]:
+        if stream is None:
+            stream = buffer._stream if isinstance(buffer, Buffer) else buffer._mr_data
+        if stream is not None and not stream._closed:
+            (err,) = driver.cuMemFreeAsync(buffer._handle, stream._handle)
+            return err, "cuMemFreeAsync"
+        # No stream (or it was closed): wait for the context's work, then free synchronously.
+        return buffer._release_in_context(raising, _sync_then_free)  # type: ignore[no-any-return]
+
+    def _release(self, raising: bool) -> tuple[Any, str]:
+        (err,) = driver.cuMemPoolDestroy(self._handle)
+        return err, "cuMemPoolDestroy"
+
+    def __repr__(self) -> str:
+        where = "host" if self.device_id is None else f"device {self._device_ordinal}"
+        kind = " imported" if self._imported else "" if self._owned else " current"
+        state = " closed" if self._closed else ""
+        return f"<{type(self).__name__}{kind} {format_handle(self._handle)} {where}{state}>"
+
+    def close(self) -> None:
+        """Destroy the pool if this resource created (or imported) it; idempotent.
+
+        Buffers allocated from it stay valid until they are freed (the driver
+        destroys the pool after the last of them): closing the resource does
+        not free them. A pool this resource does not own (a device's current
+        pool) is left alone. A refused destroy raises
+        :class:`~cuguard.errors.CUDAError`; the pool is then leaked, never
+        destroyed twice.
+        """
+        super().close()
+
+
+class DeviceMemoryResource(_PoolResource):
+    """Stream-ordered device memory from a CUDA memory pool (``cuda.core``'s ``DeviceMemoryResource``).
+
+    ``DeviceMemoryResource(device)`` uses the device's current memory pool
+    (the default pool unless someone set another), which it does not own;
+    ``DeviceMemoryResource(device, DeviceMemoryResourceOptions(...))`` creates
+    a pool with those options, owned: :meth:`close` (or collection, which
+    reports failures as ``CUDAWarning``) destroys it. An IPC-enabled pool is
+    shared with other processes by :meth:`get_allocation_handle`; the other
+    process imports it with :meth:`from_allocation_handle`, and buffers move
+    by :meth:`Buffer.get_ipc_descriptor` and :meth:`Buffer.from_ipc_descriptor`.
+
+    Raises :class:`~cuguard.errors.CUDAError` if the driver refuses (no pool
+    exists then: a pool created before a failing option is destroyed again),
+    ``TypeError``/``ValueError`` for bad arguments before any driver call.
+    """
+
+    __slots__ = ()
+    _factory = "DeviceMemoryResource(device, options)"
+
+    def __init__(self, device: Any, options: DeviceMemoryResourceOptions | None = None) -> None:
+        dev = _device_of(device)
+        if options is not None and not isinstance(options, DeviceMemoryResourceOptions):
+            raise wrong_kind("options", "a DeviceMemoryResourceOptions or None", options)
+        context = dev.context
+        if options is None:
+            err, pool = driver.cuDeviceGetMemPool(dev.ordinal)
+            if err:
+                raise_status(err, "cuDeviceGetMemPool")
+            self._setup(pool, context, dev.ordinal, owned=False, ipc=False, imported=False)
+            return
+        max_size = _nonnegative(options.max_size, "max_size")
+        if not isinstance(options.ipc_enabled, bool):
+            raise wrong_kind("ipc_enabled", "a bool", options.ipc_enabled)
+        settings = _settings(options)
+        types = driver_types()
+        props = types.CUmemPoolProps()
+        props.allocType = types.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = dev.ordinal
+        props.handleTypes = (
+            types.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+            if options.ipc_enabled
+            else types.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        )
+        props.maxSize = max_size
+        pool = _create_pool(props, settings)
+        self._setup(pool, context, dev.ordinal, owned=True, ipc=options.ipc_enabled, imported=False)
+
+    @classmethod
+    def _imported_pool(cls, handle: Any, context: Context, device: int) -> DeviceMemoryResource:
+        self = object.__new__(cls)
+        self._setup(handle, context, device, owned=True, ipc=True, imported=True)
+        return self
+
+    @classmethod
+    def from_allocation_handle(cls, device: Any, alloc_handle: Any) -> DeviceMemoryResource:
+        """Import the pool another process shared (:meth:`get_allocation_handle`) on ``device``.
+
+        ``alloc_handle`` is an :class:`IPCAllocationHandle` (received through
+        ``multiprocessing``) or a POSIX file descriptor (an int); the
+        descriptor stays the caller's (close it when done). The imported
+        resource owns the import (closing it releases the import) and only
+        maps buffers the exporter describes (:meth:`Buffer.from_ipc_descriptor`).
+        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses
+        (nothing was imported then).
+        """
+        from cuguard.resources._ipc import import_pool
+
+        result: DeviceMemoryResource = import_pool(cls, _device_of(device), alloc_handle)
+        return result
+
+    def get_allocation_handle(self) -> Any:
+        """A new :class:`IPCAllocationHandle` (a POSIX file descriptor) that shares this pool with other processes.
+
+        The handle owns the descriptor: close it (or let it be collected)
+        once sent. ``ValueError`` when the pool is not IPC-enabled or is
+        itself imported; :class:`~cuguard.errors.CUDAError` if the driver refuses.
+        """
+        from cuguard.resources._ipc import export_pool
+
+        return export_pool(self)
+
+    @property
+    def device_id(self) -> int:
+        """The ordinal of the pool's device."""
+        return self._device_ordinal
+
+    @property
+    def is_device_accessible(self) -> bool:
+        """True: device memory."""
+        return True
+
+    @property
+    def is_host_accessible(self) -> bool:
+        """False: the host cannot read device memory directly."""
+        return False
+
+    def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
+        """Allocate ``size`` bytes from the pool.
+
+        With ``stream`` (a :class:`Stream` or ``__cuda_stream__`` object) the
+        allocation is ordered on it and the buffer is freed on it (after the
+        work queued there, W5) unless ``close(stream)`` names another. Without,
+        it is allocated on the legacy default stream and waited for, so any
+        stream may use it at once; it is freed synchronously. ``size`` 0 on a
+        stream gives a buffer at address 0 (the driver allocates nothing).
+        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses
+        (``CUDA_ERROR_OUT_OF_MEMORY`` past ``max_size``...): nothing is allocated
+        then. ``ValueError`` for an imported pool, ``ResourceClosedError`` once
+        closed.
+        """
+        size, stream = self._check_allocate(size, stream)
+        ptr = self._allocate_ptr(size, stream)
+        buf = Buffer._made(ptr, self._context, self._device_ordinal, size)
+        buf._stream = stream
+        result: Buffer = self._adopt(buf)
+        return result
+
+
+class PinnedMemoryResource(_PoolResource):
+    """Stream-ordered page-locked host memory from a host memory pool (``cuda.core``'s ``PinnedMemoryResource``).
+
+    The pool lives on host NUMA node ``options.numa_id`` (0 by default) and
+    ``device`` (a :class:`Device` or ordinal) is given read-write access to
+    it: creation is ``cuMemPoolCreate``, the options, then
+    ``cuMemPoolSetAccess``, all or nothing (a failed step destroys the new
+    pool before the error propagates). A driver whose memory pools cannot live
+    on the host refuses with :class:`~cuguard.errors.CUDAError`
+    (``CUDA_ERROR_NOT_SUPPORTED`` or ``CUDA_ERROR_INVALID_VALUE``), nothing
+    created. Buffers are :class:`PinnedBuffer` objects, readable by the host
+    (``buf.numpy()``) and usable in copies of ``device``. ``close()``
+    destroys the pool; its buffers stay valid until freed.
+    """
+
+    __slots__ = ()
+    _factory = "PinnedMemoryResource(device, options)"
+
+    def __init__(self, device: Any = 0, options: PinnedMemoryResourceOptions | None = None) -> None:
+        dev = _device_of(device)
+        if options is None:
+            options = PinnedMemoryResourceOptions()
+        elif not isinstance(options, PinnedMemoryResourceOptions):
+            raise wrong_kind("options", "a PinnedMemoryResourceOptions or None", options)
+        max_size = _nonnegative(options.max_size, "max_size")
+        settings = _settings(options)
+        context = dev.context
+        init_driver()
+        types = driver_types()
+        props = types.CUmemPoolProps()
+        props.allocType = types.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST_NUMA
+        props.location.id = _nonnegative(options.numa_id, "numa_id")
+        props.handleTypes = types.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        props.maxSize = max_size
+        pool = _create_pool(props, settings, dev.ordinal)
+        self._setup(pool, context, dev.ordinal, owned=True, ipc=False, imported=False)
+
+    @property
+    def device_id(self) -> None:
+        """None: host memory."""
+        return None
+
+    @property
+    def is_device_accessible(self) -> bool:
+        """True: devices copy to and from it directly."""
+        return True
+
+    @property
+    def is_host_accessible(self) -> bool:
+        """True: the host reads and writes it (``PinnedBuffer.numpy()``)."""
+        return True
+
+    def allocate(self, size: int, stream: Stream | None = None) -> PinnedBuffer:
+        """Allocate ``size`` bytes of pinned host memory from the pool.
+
+        Same rules as :meth:`DeviceMemoryResource.allocate`: ordered on
+        ``stream`` and freed on it, or allocated and freed synchronously
+        without. Write to it from the host only once the stream reached the
+        allocation (synchronize it). Raises :class:`~cuguard.errors.CUDAError`
+        if the driver refuses: nothing is allocated then.
+        """
+        size, stream = self._check_allocate(size, stream)
+        ptr = self._allocate_ptr(size, stream)
+        buf = PinnedBuffer._made(int(ptr), self._context, size)
+        result: PinnedBuffer = self._adopt(buf, stream)
+        return result
