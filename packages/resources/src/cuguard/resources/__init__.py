@@ -46,9 +46,9 @@ from cuguard.resources._ipc import IPCBufferDescriptor as IPCBufferDescriptor
 from cuguard.resources._ipc import IPCEventDescriptor as IPCEventDescriptor
 from cuguard.resources._launch import KernelAttributes as KernelAttributes
 from cuguard.resources._launch import KernelOccupancy as KernelOccupancy
-from cuguard.resources._launch import (
-    MaxPotentialBlockSizeOccupancyResult as MaxPotentialBlockSizeOccupancyResult,
-)
+from cuguard.resources._launch import MaxPotentialBlockSizeOccupancyResult as MaxPotentialBlockSizeOccupancyResult
+from cuguard.resources._managed import LegacyPinnedMemoryResource as LegacyPinnedMemoryResource
+from cuguard.resources._managed import ManagedMemoryResource as ManagedMemoryResource
 from cuguard.resources._memory import Buffer as Buffer
 from cuguard.resources._memory import PinnedBuffer as PinnedBuffer
 from cuguard.resources._memres import MemoryResource as MemoryResource
@@ -62,14 +62,10 @@ from cuguard.resources._module import wait_attributed as wait_attributed
 from cuguard.resources._objectcode import ObjectCode as ObjectCode
 from cuguard.resources._params import KernelParameter as KernelParameter
 from cuguard.resources._pools import DeviceMemoryResource as DeviceMemoryResource
-from cuguard.resources._pools import (
-    DeviceMemoryResourceOptions as DeviceMemoryResourceOptions,
-)
+from cuguard.resources._pools import DeviceMemoryResourceOptions as DeviceMemoryResourceOptions
 from cuguard.resources._pools import MemoryPoolAttributes as MemoryPoolAttributes
 from cuguard.resources._pools import PinnedMemoryResource as PinnedMemoryResource
-from cuguard.resources._pools import (
-    PinnedMemoryResourceOptions as PinnedMemoryResourceOptions,
-)
+from cuguard.resources._pools import PinnedMemoryResourceOptions as PinnedMemoryResourceOptions
 from cuguard.resources._program import Linker as Linker
 from cuguard.resources._program import LinkerOptions as LinkerOptions
 from cuguard.resources._program import Program as Program
@@ -80,6 +76,8 @@ from cuguard.resources._properties import DeviceProperties as DeviceProperties
 from cuguard.resources._stream import Event as Event
 from cuguard.resources._stream import Stream as Stream
 from cuguard.resources._stream import as_stream as as_stream
+from cuguard.resources._vmm import VirtualMemoryResource as VirtualMemoryResource
+from cuguard.resources._vmm import VirtualMemoryResourceOptions as VirtualMemoryResourceOptions
 
 __all__ = [
     "Buffer",
@@ -96,8 +94,10 @@ __all__ = [
     "KernelOccupancy",
     "KernelParameter",
     "LaunchConfig",
+    "LegacyPinnedMemoryResource",
     "Linker",
     "LinkerOptions",
+    "ManagedMemoryResource",
     "MaxPotentialBlockSizeOccupancyResult",
     "MemoryPoolAttributes",
     "MemoryRecord",
@@ -113,6 +113,8 @@ __all__ = [
     "ProgramOptions",
     "Resource",
     "Stream",
+    "VirtualMemoryResource",
+    "VirtualMemoryResourceOptions",
     "as_stream",
     "describe_launch",
     "launch",

@@ -32,6 +32,9 @@ _RELEASES = {
     "cuGraphExecDestroy": "graph_exec",
     "cuGraphDestroyNode": "graph_node",
     "cuCtxDestroy": "context",
+    "cuMemAddressFree": "address_range",
+    "cuMemRelease": "physical_memory",
+    "cuMemUnmap": "memory_mapping",
 }
 # Creating function -> kind of handle it returns (second element of the result).
 _CREATES = {
@@ -57,7 +60,11 @@ _CREATES = {
     "cuGraphAddMemAllocNode": "graph_node",
     "cuGraphAddMemFreeNode": "graph_node",
     "cuGraphAddChildGraphNode": "graph_node",
+    "cuMemAddressReserve": "address_range",
+    "cuMemCreate": "physical_memory",
 }
+# Creating function -> kind of handle it makes at its first argument (a mapping at an address).
+_CREATES_AT = {"cuMemMap": "memory_mapping"}
 _SWITCHES = {"cuCtxSetCurrent", "cuCtxPushCurrent", RESTORE_CONTEXT}
 
 
@@ -94,6 +101,7 @@ class SafetyDriver:
             raise AttributeError(f"the driver {self.inner!r} has no function {name!r}")
         release = _RELEASES.get(name)
         create = _CREATES.get(name)
+        create_at = _CREATES_AT.get(name)
         switch = name in _SWITCHES
         guard = self
 
@@ -118,6 +126,8 @@ class SafetyDriver:
                         guard.released.add((release, _int(args[0])))
                     elif create is not None and len(result) > 1:
                         guard.released.discard((create, _int(result[1])))
+                    elif create_at is not None:
+                        guard.released.discard((create_at, _int(args[0])))
             return result
 
         wrapped.__name__ = name
