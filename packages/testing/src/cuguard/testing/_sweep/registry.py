@@ -885,6 +885,11 @@ def _build() -> list[Scenario]:
         return s
 
     add(G + "Graph.__del__", detached_exec, _release("exec"), kind="warn", releases=True)
+
+    # --- resources: memory resources (registry_memory) ---------------------------------------
+    from cuguard.testing._sweep import registry_memory
+
+    out.extend(registry_memory.vmm_scenarios())
     return out
 
 
@@ -1042,3 +1047,12 @@ for _key in (
     "PinnedBuffer.address",
 ):
     NO_DRIVER_CALL[f"resources.{_key}"] = _NO_CALL_RESOURCE
+
+
+def _merge_memory() -> None:
+    from cuguard.testing._sweep import registry_memory
+
+    NO_DRIVER_CALL.update(registry_memory.NO_DRIVER_CALL_MEMORY)
+
+
+_merge_memory()
