@@ -329,9 +329,10 @@ def differential(session: nox.Session, bindings: int) -> None:
 def sweep(session: nox.Session) -> None:
     """The failure-point sweep (contract B5) on the simulated driver: every case, one table per layer.
 
-    Runs ``scripts/sweep``; the JSON goes to the session's tmp directory. Arguments after
-    ``--`` go to the sweep (``-- --sample 500`` for a seeded sample, ``-- --full`` for every
-    case, the default; ``-- --match Stream`` for some operations). Fails on any violation.
+    Runs ``scripts/sweep`` (its cases in one process per CPU core); the JSON goes to the
+    session's tmp directory. Arguments after ``--`` go to the sweep (``-- --sample 500`` for a
+    seeded sample, ``-- --full`` for every case, the default; ``-- --match Stream`` for some
+    operations). Fails on any violation.
     """
     wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
     _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)

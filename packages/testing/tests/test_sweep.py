@@ -112,3 +112,15 @@ def test_sampling_is_seeded() -> None:
     assert sum(s.cases for s in a.scenarios) == 10
     assert [v.k for v in a.violations] == [v.k for v in b.violations]
     write_json(a, Path("/dev/null"))
+
+
+@pytest.mark.contract("B5")
+def test_cases_run_in_several_processes_as_in_one() -> None:
+    # Every case runs once whichever process runs it: the same counts, the same (no) violations.
+    one = run_sweep(match="Device.create_", jobs=1)
+    two = run_sweep(match="Device.create_", jobs=2)
+    assert len(one.scenarios) > 1
+    assert {s.name: (s.cases, s.calls) for s in two.scenarios} == {s.name: (s.cases, s.calls) for s in one.scenarios}
+    assert [str(v) for v in two.violations] == [str(v) for v in one.violations]
+    with pytest.raises(ValueError, match="jobs"):
+        run_sweep(match="Device.create_event", jobs=0)

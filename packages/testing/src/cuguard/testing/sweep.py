@@ -15,6 +15,7 @@ callables that make no driver call are :func:`scenarios` and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -57,13 +58,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--match", default=None, help="only scenarios whose name contains this")
     parser.add_argument("--json", default=None, help="write the full result here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="processes for the simulator's cases (default: one per CPU core, at most 8)",
+    )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be 1 or more, not {args.jobs}")
     sample = None if args.full else args.sample
     result = run_sweep(
         driver=args.driver,
         sample=sample,
         seed=args.seed,
         match=args.match,
+        jobs=args.jobs,
         progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(format_table(result))

@@ -590,6 +590,7 @@ def run_sweep(
     seed: int = 0,
     match: str | None = None,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> SweepResult:
     """Run the sweep and return what it found.
 
@@ -597,7 +598,12 @@ def run_sweep(
     (the real driver through the fault proxy and a safety net). ``sample``
     runs that many cases chosen with ``seed`` (every baseline always runs);
     ``None`` runs them all. ``match`` keeps the scenarios whose name contains it.
+    ``jobs`` above 1 runs the cases of the simulated driver in that many
+    processes, whole scenarios each (the real driver's cases always run in
+    this process, one after the other); the result is the same as with one.
     """
+    if jobs < 1:
+        raise ValueError(f"jobs must be 1 or more, not {jobs}")
     chosen = scenarios if scenarios is not None else registry.scenarios()
     if driver == "real":
         chosen = [s for s in chosen if s.real]
@@ -621,11 +627,66 @@ def run_sweep(
         if sample is not None and sample < total:
             picked = sorted(random.Random(seed).sample(range(total), sample))
             cases = [cases[i] for i in picked]
-        for i, (scn, ctx_mode, mode, k, calls) in enumerate(cases):
-            outcome = _run_case(runtime, scn, ctx_mode, mode, k, calls)
-            res = results[scn.name]
-            res.cases += 1
-            res.violations.extend(outcome.violations)
-            if progress is not None and i % 500 == 0:
-                progress(f"{i}/{len(cases)} cases")
+        if jobs > 1 and driver == "sim" and scenarios is None and len(cases) > 1:
+            for name, count, found in _run_in_processes(cases, jobs, progress):
+                results[name].cases += count
+                results[name].violations.extend(found)
+        else:
+            for i, (scn, ctx_mode, mode, k, calls) in enumerate(cases):
+                outcome = _run_case(runtime, scn, ctx_mode, mode, k, calls)
+                res = results[scn.name]
+                res.cases += 1
+                res.violations.extend(outcome.violations)
+                if progress is not None and i % 500 == 0:
+                    progress(f"{i}/{len(cases)} cases")
     return SweepResult(driver, list(results.values()), time.perf_counter() - start, len(cases) < total, total)
+
+
+# --- running the simulator's cases in several processes ----------------------------------------
+
+#: A case as a child process gets it: scenario name, context situation, failure mode, call index.
+_CaseSpec = tuple[str, str, str, int]
+
+
+def _run_in_processes(
+    cases: list[tuple[Scenario, str, str, int, list[DriverCall]]],
+    jobs: int,
+    progress: Callable[[str], None] | None,
+) -> list[tuple[str, int, list[Violation]]]:
+    """Run ``cases`` (of registry scenarios, on the simulator) in ``jobs`` fresh processes.
+
+    A scenario's cases stay together (its baseline is recorded again once per process, on a
+    fresh simulator, as here); the scenarios are dealt out so that each process gets about the
+    same number of cases. Processes are spawned, not forked: the simulator and cuguard run threads.
+    """
+    import multiprocessing
+
+    by_scenario: dict[str, list[_CaseSpec]] = {}
+    for scn, ctx_mode, mode, k, _calls in cases:
+        by_scenario.setdefault(scn.name, []).append((scn.name, ctx_mode, mode, k))
+    shards: list[list[_CaseSpec]] = [[] for _ in range(jobs)]
+    for specs in sorted(by_scenario.values(), key=len, reverse=True):
+        min(shards, key=len).extend(specs)
+    shards = [shard for shard in shards if shard]
+    with multiprocessing.get_context("spawn").Pool(len(shards)) as pool:
+        parts = pool.map(_run_shard, shards, chunksize=1)
+    if progress is not None:
+        progress(f"{len(cases)}/{len(cases)} cases in {len(shards)} processes")
+    return [row for part in parts for row in part]
+
+
+def _run_shard(specs: list[_CaseSpec]) -> list[tuple[str, int, list[Violation]]]:
+    """Run one process's cases; for each scenario: its name, the cases run and the violations found."""
+    by_name = {s.name: s for s in registry.scenarios()}
+    found: dict[str, tuple[int, list[Violation]]] = {}
+    baselines: dict[tuple[str, str], list[DriverCall]] = {}
+    with _Runtime("sim") as runtime:
+        for name, ctx_mode, mode, k in specs:
+            scn = by_name[name]
+            calls = baselines.get((name, ctx_mode))
+            if calls is None:
+                calls = baselines[name, ctx_mode] = _run_case(runtime, scn, ctx_mode, None, 0, []).calls
+            outcome = _run_case(runtime, scn, ctx_mode, mode, k, calls)
+            count, violations = found.get(name, (0, []))
+            found[name] = (count + 1, violations + outcome.violations)
+    return [(name, count, violations) for name, (count, violations) in found.items()]
