@@ -470,6 +470,8 @@ class SimCore:
         self._images: dict[bytes, dict[str, tuple[Any, ...] | None]] = {}
         self._kernels: dict[str, tuple[Callable[..., Any], tuple[Any, ...] | None]] = {}
         self._live: dict[int, LiveObject] = {}
+        #: Capture sequences in progress, by id (see capture.py); empty unless a stream is capturing.
+        self._open_captures: dict[int, Any] = {}
         #: Misuse: calls that crash the real driver (each also raised as
         #: :class:`SimulatedCrash`), and calls that corrupt the process for every
         #: other user of the driver although the driver answers with a status
@@ -781,6 +783,10 @@ class SimCore:
         host: Callable[[], None] | None = None,
     ) -> int:
         """Queue one unit of work on ``st``: run it now, or on the driver thread behind pending host work."""
+        if self._open_captures and (st.capture is not None or st.handle == 0):
+            captured = self._captured(st, call, run, refs, host)
+            if captured is not None:
+                return captured
         self._op_seq += 1
         seq = self._op_seq
         st.inflight.append(Op(seq, refs, call))
@@ -793,6 +799,21 @@ class SimCore:
             else:
                 run()
         return seq
+
+    def _captured(
+        self,
+        st: Stream,
+        call: str,
+        run: Callable[[], None] | None,
+        refs: frozenset[int],
+        host: Callable[[], None] | None,
+    ) -> int | None:
+        """Overridden by the capture model: work queued while a capture is in progress.
+
+        Returns the work's sequence number when the capture took it (it runs nothing), or
+        ``None`` when it is queued as usual.
+        """
+        return None
 
     def _locked(self, run: Callable[[], None]) -> Callable[[], None]:
         def task() -> None:

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cuguard.errors import flush_deferred, use_driver
+from cuguard.testing._sim.capture import SimCapture
 from cuguard.testing._sim.graphs import SimGraphs
 from cuguard.testing._sim.launches import SimLaunches
 from cuguard.testing._sim.pools import SimPools
@@ -29,7 +30,7 @@ SIM_DEVICES_VARIABLE = "CUGUARD_SIM_DEVICES"
 SIM_STAND_INS_VARIABLE = "CUGUARD_SIM_STAND_INS"
 
 
-class SimulatedDriver(SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
+class SimulatedDriver(SimCapture, SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
     """A CPU-only CUDA driver with the functions of ``cuda.bindings.driver``.
 
     Every driver function has the name, parameters and return convention of
@@ -55,7 +56,9 @@ class SimulatedDriver(SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
     device memory holds real bytes; work on streams runs at once unless it is
     queued behind a host function, which runs on the simulator's driver thread
     (work behind it follows on that thread, in order). Work stays in flight
-    until a synchronization retires it. User-object destructors run on the
+    until a synchronization retires it. Work queued on a capturing stream
+    becomes graph nodes instead of running, with the capture rules of the real
+    driver (``capture.py`` lists them). User-object destructors run on the
     releasing thread (as observed) or, with
     ``destructors_on_driver_thread=True``, on the driver thread. With
     ``initialized=True`` no ``cuInit`` is needed. ``missing_entry_points``

@@ -57,6 +57,7 @@ class Stream:
     inflight: list[Op] = field(default_factory=list)
     last_task: int = 0
     ordered_after: dict[int, int] = field(default_factory=dict)
+    capture: Any = None  # the capture sequence this stream takes part in (see capture.py), or None
 
 
 @dataclass(eq=False, slots=True)

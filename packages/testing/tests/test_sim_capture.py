@@ -1,0 +1,376 @@
+"""Stream capture on the simulated driver: captured work becomes graph nodes, forbidden calls invalidate."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cuda.bindings import driver as cb
+
+from cuguard.testing._bindings import EDGE_DATA
+from cuguard.testing._sim import SimulatedDriver, simulated_driver
+
+R = cb.CUresult
+OK = R.CUDA_SUCCESS
+GLOBAL = cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
+THREAD_LOCAL = cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+RELAXED = cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+S = cb.CUstreamCaptureStatus
+PTX = b""".version 8.0
+.target sm_90
+.address_size 64
+.visible .entry tick() { ret; }
+\x00"""
+
+
+@pytest.fixture
+def drv() -> Iterator[SimulatedDriver]:
+    with simulated_driver(devices=1) as sim:
+        sim.cuInit(0)
+        _, ctx = sim.cuDevicePrimaryCtxRetain(0)
+        sim.cuCtxSetCurrent(ctx)
+        yield sim
+        sim.cuCtxSetCurrent(cb.CUcontext(0))
+
+
+def _stream(drv: SimulatedDriver, flags: int = 0) -> Any:
+    err, stream = drv.cuStreamCreate(flags)
+    assert err == OK
+    return stream
+
+
+def _alloc(drv: SimulatedDriver, n: int = 8) -> Any:
+    err, ptr = drv.cuMemAlloc(n)
+    assert err == OK
+    return ptr
+
+
+def _run(drv: SimulatedDriver, graph: Any, stream: Any) -> None:
+    err, exe = drv.cuGraphInstantiate(graph, 0)
+    assert err == OK
+    assert drv.cuGraphLaunch(exe, stream) == (OK,)
+    assert drv.cuStreamSynchronize(stream) == (OK,)
+    assert drv.cuGraphExecDestroy(exe) == (OK,)
+
+
+@pytest.mark.contract("B2")
+def test_captured_work_runs_only_when_the_graph_is_launched(drv: SimulatedDriver) -> None:
+    stream, ptr = _stream(drv), _alloc(drv)
+    drv.write(ptr, bytes(8))
+    assert drv.cuStreamBeginCapture(stream, GLOBAL) == (OK,)
+    assert drv.cuStreamIsCapturing(stream) == (OK, S.CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    assert drv.cuMemsetD8Async(ptr, 7, 4, stream) == (OK,)
+    assert drv.cuMemsetD8Async(int(ptr) + 4, 9, 4, stream) == (OK,)
+    assert drv.read(ptr, 8) == bytes(8)  # nothing ran
+    err, graph = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    assert drv.cuStreamIsCapturing(stream) == (OK, S.CU_STREAM_CAPTURE_STATUS_NONE)
+    assert drv.cuGraphGetNodes(graph, 0)[-1] == 2
+    assert drv.cuGraphGetEdges(graph, 0)[-1] == 1  # captured in stream order
+    _run(drv, graph, stream)
+    assert drv.read(ptr, 8) == b"\x07" * 4 + b"\x09" * 4
+    assert drv.cuGraphDestroy(graph) == (OK,)
+    assert drv.cuMemFree(ptr) == (OK,)
+    assert drv.cuStreamDestroy(stream) == (OK,)
+    assert drv.live_objects() == [] or all(o.kind == "context" for o in drv.live_objects())
+
+
+@pytest.mark.contract("B2")
+def test_captured_kernel_and_host_function_become_nodes_of_their_kinds(drv: SimulatedDriver) -> None:
+    calls: list[str] = []
+    drv.register_kernel("tick", lambda sim: calls.append("kernel"))
+    _, module = drv.cuModuleLoadData(PTX)
+    _, function = drv.cuModuleGetFunction(module, b"tick")
+    stream = _stream(drv)
+    assert drv.cuStreamBeginCapture(stream, GLOBAL) == (OK,)
+    assert drv.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0) == (OK,)
+    assert calls == []
+    err, graph = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    _, nodes, _ = drv.cuGraphGetNodes(graph, 1)
+    assert drv.cuGraphNodeGetType(nodes[0]) == (OK, cb.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL)
+    _run(drv, graph, stream)
+    _run(drv, graph, stream)
+    assert calls == ["kernel", "kernel"]
+    drv.cuGraphDestroy(graph)
+    drv.cuModuleUnload(module)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_capture_info_reports_graph_and_dependencies(drv: SimulatedDriver) -> None:
+    stream, ptr = _stream(drv), _alloc(drv)
+    assert drv.cuStreamGetCaptureInfo(stream)[1] == S.CU_STREAM_CAPTURE_STATUS_NONE
+    drv.cuStreamBeginCapture(stream, GLOBAL)
+    drv.cuMemsetD8Async(ptr, 1, 8, stream)
+    info = drv.cuStreamGetCaptureInfo(stream)
+    assert info[0] == OK
+    assert info[1] == S.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    assert int(info[2]) > 0
+    assert info[-1] == 1
+    assert len(info) == (7 if EDGE_DATA else 6)
+    graph, (node,) = info[3], info[4]
+    _, empty = drv.cuGraphAddEmptyNode(graph, [node], 1)
+    args = [stream, [empty], None, 1, 1] if EDGE_DATA else [stream, [empty], 1, 1]
+    assert drv.cuStreamUpdateCaptureDependencies(*args) == (OK,)
+    assert [int(n) for n in drv.cuStreamGetCaptureInfo(stream)[4]] == [int(empty)]
+    err, ended = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    assert int(ended) == int(graph)
+    drv.cuGraphDestroy(ended)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_begin_refusals(drv: SimulatedDriver) -> None:
+    stream = _stream(drv)
+    assert drv.cuStreamBeginCapture(0, GLOBAL) == (R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+    assert drv.cuStreamEndCapture(stream) == (R.CUDA_ERROR_ILLEGAL_STATE, None)
+    assert drv.cuStreamBeginCapture(stream, GLOBAL) == (OK,)
+    assert drv.cuStreamBeginCapture(stream, GLOBAL) == (R.CUDA_ERROR_ILLEGAL_STATE,)
+    err, graph = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    drv.cuGraphDestroy(graph)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+@pytest.mark.parametrize("call", ["cuStreamSynchronize", "cuStreamQuery"])
+def test_synchronizing_or_querying_a_capturing_stream_invalidates_it(drv: SimulatedDriver, call: str) -> None:
+    stream, ptr = _stream(drv), _alloc(drv)
+    before = drv.snapshot()
+    drv.cuStreamBeginCapture(stream, GLOBAL)
+    drv.cuMemsetD8Async(ptr, 1, 8, stream)
+    assert getattr(drv, call)(stream) == (R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+    assert drv.cuStreamIsCapturing(stream) == (OK, S.CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+    assert drv.cuMemsetD8Async(ptr, 1, 8, stream) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,)
+    assert drv.cuStreamEndCapture(stream) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    assert drv.changes_since(before).created == []  # the driver destroyed the graph
+    assert drv.cuStreamIsCapturing(stream) == (OK, S.CU_STREAM_CAPTURE_STATUS_NONE)
+    assert drv.cuStreamSynchronize(stream) == (OK,)  # the stream is usable again
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_legacy_stream_work_invalidates_a_blocking_capture_only(drv: SimulatedDriver) -> None:
+    blocking, non_blocking, ptr = _stream(drv, 0), _stream(drv, 1), _alloc(drv)
+    drv.cuStreamBeginCapture(non_blocking, GLOBAL)
+    assert drv.cuMemsetD8Async(ptr, 1, 8, 0) == (OK,)  # no implicit dependency
+    assert drv.cuStreamIsCapturing(0) == (OK, S.CU_STREAM_CAPTURE_STATUS_NONE)
+    err, graph = drv.cuStreamEndCapture(non_blocking)
+    assert err == OK
+    drv.cuGraphDestroy(graph)
+    drv.cuStreamBeginCapture(blocking, GLOBAL)
+    assert drv.cuStreamIsCapturing(0) == (R.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, None)
+    assert drv.cuMemsetD8Async(ptr, 1, 8, 0) == (R.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,)
+    assert drv.cuStreamEndCapture(blocking) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(blocking)
+    drv.cuStreamDestroy(non_blocking)
+
+
+@pytest.mark.contract("B2")
+def test_fork_and_join_through_events(drv: SimulatedDriver) -> None:
+    main, side, ptr = _stream(drv), _stream(drv), _alloc(drv)
+    _, fork = drv.cuEventCreate(0)
+    _, join = drv.cuEventCreate(0)
+    drv.write(ptr, bytes(8))
+    drv.cuStreamBeginCapture(main, GLOBAL)
+    drv.cuMemsetD8Async(ptr, 1, 4, main)
+    assert drv.cuEventRecord(fork, main) == (OK,)
+    assert drv.cuEventQuery(fork) == (R.CUDA_ERROR_CAPTURED_EVENT,)
+    assert drv.cuStreamWaitEvent(side, fork, 0) == (OK,)
+    assert drv.cuStreamIsCapturing(side) == (OK, S.CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    drv.cuMemsetD8Async(int(ptr) + 4, 2, 4, side)
+    assert drv.cuStreamEndCapture(side) == (R.CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, None)
+    drv.cuEventRecord(join, side)
+    assert drv.cuStreamWaitEvent(main, join, 0) == (OK,)
+    err, graph = drv.cuStreamEndCapture(main)
+    assert err == OK
+    assert drv.cuStreamIsCapturing(side) == (OK, S.CU_STREAM_CAPTURE_STATUS_NONE)
+    assert drv.cuGraphGetEdges(graph, 0)[-1] == 1  # the fork hangs off the first memset
+    _run(drv, graph, main)
+    assert drv.read(ptr, 8) == b"\x01" * 4 + b"\x02" * 4
+    drv.cuGraphDestroy(graph)
+    for ev in (fork, join):
+        drv.cuEventDestroy(ev)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(main)
+    drv.cuStreamDestroy(side)
+
+
+@pytest.mark.contract("B2")
+def test_an_unjoined_fork_ends_the_capture_with_no_graph(drv: SimulatedDriver) -> None:
+    main, side, ptr = _stream(drv), _stream(drv), _alloc(drv)
+    _, fork = drv.cuEventCreate(0)
+    before = drv.snapshot()
+    drv.cuStreamBeginCapture(main, GLOBAL)
+    drv.cuEventRecord(fork, main)
+    drv.cuStreamWaitEvent(side, fork, 0)
+    drv.cuMemsetD8Async(ptr, 2, 4, side)
+    assert drv.cuStreamEndCapture(main) == (R.CUDA_ERROR_STREAM_CAPTURE_UNJOINED, None)
+    assert drv.cuStreamIsCapturing(side) == (OK, S.CU_STREAM_CAPTURE_STATUS_NONE)
+    assert drv.changes_since(before).created == []
+    drv.cuEventDestroy(fork)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(main)
+    drv.cuStreamDestroy(side)
+
+
+@pytest.mark.contract("B2")
+def test_waiting_on_outside_work_or_another_capture_invalidates(drv: SimulatedDriver) -> None:
+    a, b, other = _stream(drv), _stream(drv), _stream(drv)
+    _, outside = drv.cuEventCreate(0)
+    _, mark = drv.cuEventCreate(0)
+    drv.cuEventRecord(outside, other)
+    drv.cuStreamBeginCapture(a, GLOBAL)
+    assert drv.cuStreamWaitEvent(a, outside, 0) == (R.CUDA_ERROR_STREAM_CAPTURE_ISOLATION,)
+    assert drv.cuStreamEndCapture(a) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    drv.cuStreamBeginCapture(a, GLOBAL)
+    drv.cuStreamBeginCapture(b, GLOBAL)
+    drv.cuEventRecord(mark, a)
+    assert drv.cuStreamWaitEvent(b, mark, 0) == (R.CUDA_ERROR_STREAM_CAPTURE_MERGE,)
+    assert drv.cuStreamEndCapture(b) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    err, graph = drv.cuStreamEndCapture(a)
+    assert err == OK
+    drv.cuGraphDestroy(graph)
+    for ev in (outside, mark):
+        drv.cuEventDestroy(ev)
+    for st in (a, b, other):
+        drv.cuStreamDestroy(st)
+
+
+@pytest.mark.contract("B2")
+def test_unsafe_calls_follow_the_thread_capture_mode(drv: SimulatedDriver) -> None:
+    stream = _stream(drv)
+    drv.cuStreamBeginCapture(stream, GLOBAL)
+    assert drv.cuMemAlloc(8) == (R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, None)
+    assert drv.cuStreamEndCapture(stream) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    assert drv.cuThreadExchangeStreamCaptureMode(RELAXED) == (OK, GLOBAL)
+    drv.cuStreamBeginCapture(stream, GLOBAL)
+    err, ptr = drv.cuMemAlloc(8)  # this thread is relaxed
+    assert err == OK
+    err, graph = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    assert drv.cuThreadExchangeStreamCaptureMode(GLOBAL) == (OK, RELAXED)
+    drv.cuStreamBeginCapture(stream, RELAXED)
+    assert drv.cuCtxSynchronize() == (OK,)  # a relaxed capture prohibits nothing
+    err, relaxed_graph = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    for g in (graph, relaxed_graph):
+        drv.cuGraphDestroy(g)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+@pytest.mark.parametrize(("mode", "prohibited"), [(GLOBAL, True), (THREAD_LOCAL, False)])
+def test_another_threads_capture_prohibits_only_in_global_mode(
+    drv: SimulatedDriver, mode: Any, prohibited: bool
+) -> None:
+    stream = _stream(drv)
+    _, ctx = drv.cuCtxGetCurrent()
+    drv.cuStreamBeginCapture(stream, mode)
+    seen: list[Any] = []
+
+    def other() -> None:
+        drv.cuCtxSetCurrent(ctx)
+        seen.append(drv.cuMemAlloc(8))
+        drv.cuCtxSetCurrent(cb.CUcontext(0))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    err, graph = drv.cuStreamEndCapture(stream)
+    if prohibited:
+        assert seen == [(R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, None)]
+        assert (err, graph) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    else:
+        assert seen[0][0] == OK
+        assert err == OK
+        drv.cuGraphDestroy(graph)
+        drv.cuMemFree(seen[0][1])
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_ending_from_another_thread_needs_relaxed_mode(drv: SimulatedDriver) -> None:
+    stream = _stream(drv)
+    results: list[Any] = []
+    for mode in (GLOBAL, RELAXED):
+        drv.cuStreamBeginCapture(stream, mode)
+        thread = threading.Thread(target=lambda: results.append(drv.cuStreamEndCapture(stream)))
+        thread.start()
+        thread.join()
+        if results[-1][0] != OK:
+            err, graph = drv.cuStreamEndCapture(stream)  # still capturing: end it here
+            assert err == OK
+            drv.cuGraphDestroy(graph)
+    assert results[0] == (R.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, None)
+    assert results[1][0] == OK
+    drv.cuGraphDestroy(results[1][1])
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_capture_into_an_existing_graph_keeps_the_graph_on_invalidation(drv: SimulatedDriver) -> None:
+    stream, ptr = _stream(drv), _alloc(drv)
+    _, graph = drv.cuGraphCreate(0)
+    _, root = drv.cuGraphAddEmptyNode(graph, None, 0)
+    assert drv.cuStreamBeginCaptureToGraph(stream, graph, [root], None, 1, GLOBAL) == (OK,)
+    drv.cuMemsetD8Async(ptr, 3, 8, stream)
+    err, same = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    assert int(same) == int(graph)
+    assert drv.cuGraphGetEdges(graph, 0)[-1] == 1
+    drv.cuStreamBeginCaptureToGraph(stream, graph, None, None, 0, GLOBAL)
+    drv.cuStreamSynchronize(stream)
+    assert drv.cuStreamEndCapture(stream) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    assert drv.cuGraphGetNodes(graph, 0)[-1] == 2  # the user's graph stays
+    assert drv.cuGraphDestroy(graph) == (OK,)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_graph_launch_and_stream_ordered_memory_in_a_capture(drv: SimulatedDriver) -> None:
+    stream, ptr = _stream(drv), _alloc(drv)
+    _, inner = drv.cuGraphCreate(0)
+    _, exe = drv.cuGraphInstantiate(inner, 0)
+    drv.cuStreamBeginCapture(stream, GLOBAL)
+    assert drv.cuGraphLaunch(exe, stream) == (OK,)
+    err, scratch = drv.cuMemAllocAsync(64, stream)
+    assert err == OK
+    assert drv.cuMemFreeAsync(ptr, stream) == (R.CUDA_ERROR_INVALID_VALUE,)  # not allocated by the capture
+    assert drv.cuMemFreeAsync(scratch, stream) == (OK,)
+    err, graph = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    _, nodes, _ = drv.cuGraphGetNodes(graph, 3)
+    kinds = sorted(int(drv.cuGraphNodeGetType(n)[1]) for n in nodes)
+    t = cb.CUgraphNodeType
+    assert kinds == sorted(
+        int(k) for k in (t.CU_GRAPH_NODE_TYPE_GRAPH, t.CU_GRAPH_NODE_TYPE_MEM_ALLOC, t.CU_GRAPH_NODE_TYPE_MEM_FREE)
+    )
+    _run(drv, graph, stream)
+    drv.cuGraphDestroy(graph)
+    drv.cuGraphExecDestroy(exe)
+    drv.cuGraphDestroy(inner)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_destroying_a_capturing_stream_invalidates_its_capture(drv: SimulatedDriver) -> None:
+    main, side = _stream(drv), _stream(drv)
+    _, fork = drv.cuEventCreate(0)
+    drv.cuStreamBeginCapture(main, GLOBAL)
+    drv.cuEventRecord(fork, main)
+    drv.cuStreamWaitEvent(side, fork, 0)
+    assert drv.cuStreamDestroy(side) == (OK,)
+    assert drv.cuStreamEndCapture(main) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    drv.cuEventDestroy(fork)
+    drv.cuStreamDestroy(main)
