@@ -12,15 +12,17 @@ Each resource keeps count of what it holds: :attr:`MemoryResource.held` (bytes
 of its live buffers), :attr:`MemoryResource.buffers` (those buffers) and
 :attr:`MemoryResource.leaked` (bytes whose release failed or could not be
 attempted). The accounting holds buffers weakly: it never keeps one alive.
+A resource is the one owner of that account: copying or pickling it raises
+``TypeError`` (O1); share the object itself.
 """
 
 from __future__ import annotations
 
 import abc
 import weakref
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
-from cuguard.errors import wrong_kind
+from cuguard.errors import Unique, wrong_kind
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream
 
@@ -29,7 +31,7 @@ __all__ = ["MemoryResource"]
 B = TypeVar("B", Buffer, PinnedBuffer)
 
 
-class MemoryResource(abc.ABC, Generic[B]):
+class MemoryResource(Unique, abc.ABC, Generic[B]):
     """A source of memory: :meth:`allocate` hands out buffers, :meth:`deallocate` frees them.
 
     Subclasses implement :meth:`allocate` (publishing each new buffer with
@@ -152,6 +154,13 @@ class MemoryResource(abc.ABC, Generic[B]):
         if status:
             self._leaked += buffer._size
         return status, call
+
+    def _refuse_copy(self) -> NoReturn:
+        name = type(self).__name__
+        raise TypeError(
+            f"{name} objects cannot be copied or pickled: each is the one owner of what it allocated (the "
+            f"account of its buffers, and for a pool its handle), which a copy would split; share the object itself"
+        )
 
     def __repr__(self) -> str:
         device = "host" if self.device_id is None else f"device {self.device_id}"
