@@ -30,12 +30,12 @@ COPIERS: dict[str, Callable[[Any], object]] = {
 }
 
 MAKERS: dict[str, Callable[[Device], MemoryResource[Any]]] = {
-    "DeviceMemoryResource-current": lambda d: DeviceMemoryResource(d),
+    "DeviceMemoryResource-current": DeviceMemoryResource,
     "DeviceMemoryResource-created": lambda d: DeviceMemoryResource(d, DeviceMemoryResourceOptions()),
-    "PinnedMemoryResource": lambda d: PinnedMemoryResource(d),
-    "ManagedMemoryResource": lambda d: ManagedMemoryResource(d),
-    "VirtualMemoryResource": lambda d: VirtualMemoryResource(d),
-    "LegacyPinnedMemoryResource": lambda d: LegacyPinnedMemoryResource(d),
+    "PinnedMemoryResource": PinnedMemoryResource,
+    "ManagedMemoryResource": ManagedMemoryResource,
+    "VirtualMemoryResource": VirtualMemoryResource,
+    "LegacyPinnedMemoryResource": LegacyPinnedMemoryResource,
 }
 
 
@@ -63,8 +63,10 @@ def test_memory_resources_cannot_be_copied_or_pickled(device: Device, kind: str,
         stream.sync()
         gc.collect()
     frees = [c.name for c in log if c.name.startswith(("cuMemFree", "cuMemUnmap", "cuMemRelease", "cuMemAddressFree"))]
-    assert frees and len(frees) == len(set(frees)), frees
-    assert mr.held == 0 and mr.buffers == ()
+    assert frees
+    assert len(frees) == len(set(frees)), frees
+    assert mr.held == 0
+    assert mr.buffers == ()
     assert mr.leaked == 0
     close = getattr(mr, "close", None)
     if close is not None:
