@@ -12,9 +12,9 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from cuguard.testing._sweep.registry import SIZE, Env, Scenario, dev_only, with_stream
+from cuguard.testing._sweep.registry import SIZE, Env, Scenario, _ctx_probe, dev_only, with_stream
 
-__all__ = ["NO_DRIVER_CALL_MEMORY", "vmm_scenarios"]
+__all__ = ["NO_DRIVER_CALL_MEMORY", "pool_scenarios", "vmm_scenarios"]
 
 _R = "resources."
 _NO_CALL_RESOURCE = "returns what the object recorded at creation"
@@ -52,12 +52,19 @@ def _with_vmm(env: Env) -> SimpleNamespace:
     return s
 
 
-def _with_vmm_buffer(env: Env) -> SimpleNamespace:
+def _with_vmm_buffer(env: Env, *, own: bool = True) -> SimpleNamespace:
     s = _with_vmm(env)
-    s.buf = env.own(s.mr.allocate(SIZE))
+    s.buf = s.mr.allocate(SIZE)
+    if own:
+        env.own(s.buf)
     s.data = bytes(range(SIZE))
     s.buf.copy_from(s.data)
     return s
+
+
+def _unowned(setup: Callable[..., SimpleNamespace]) -> Callable[[Env], SimpleNamespace]:
+    """``setup`` whose buffer only the scenario holds (so that dropping it collects it)."""
+    return lambda env: setup(env, own=False)
 
 
 def _blocked_vmm_buffer(env: Env) -> SimpleNamespace:
@@ -104,9 +111,11 @@ def _with_managed(env: Env) -> SimpleNamespace:
     return s
 
 
-def _with_managed_buffer(env: Env) -> SimpleNamespace:
+def _with_managed_buffer(env: Env, *, own: bool = True) -> SimpleNamespace:
     s = _with_managed(env)
-    s.buf = env.own(s.mr.allocate(SIZE))
+    s.buf = s.mr.allocate(SIZE)
+    if own:
+        env.own(s.buf)
     return s
 
 
@@ -122,9 +131,11 @@ def _with_legacy(env: Env) -> SimpleNamespace:
     return s
 
 
-def _with_legacy_buffer(env: Env) -> SimpleNamespace:
+def _with_legacy_buffer(env: Env, *, own: bool = True) -> SimpleNamespace:
     s = _with_legacy(env)
-    s.buf = env.own(s.mr.allocate(SIZE))
+    s.buf = s.mr.allocate(SIZE)
+    if own:
+        env.own(s.buf)
     return s
 
 
@@ -157,13 +168,6 @@ def vmm_scenarios() -> list[Scenario]:
         state=_vmm_state,
         probe=_vmm_probe,
     )
-    add(
-        V + ".modify_allocation[fits]",
-        _with_vmm_buffer,
-        lambda e, s: s.mr.modify_allocation(s.buf, SIZE * 2),
-        covers=(V + ".modify_allocation",),
-        state=_vmm_state,
-    )
     add(V + ".deallocate", _with_vmm_buffer, lambda e, s: s.mr.deallocate(s.buf), releases=True)
     add(
         _R + "Buffer.close[virtual]",
@@ -187,7 +191,7 @@ def vmm_scenarios() -> list[Scenario]:
     )
     add(
         _R + "Buffer.__del__[virtual]",
-        _with_vmm_buffer,
+        _unowned(_with_vmm_buffer),
         _release("buf"),
         covers=(_R + "Buffer.__del__",),
         kind="warn",
@@ -220,7 +224,7 @@ def vmm_scenarios() -> list[Scenario]:
     add(M + ".deallocate", _with_managed_buffer, lambda e, s: s.mr.deallocate(s.buf), releases=True)
     add(
         _R + "Buffer.__del__[managed]",
-        _with_managed_buffer,
+        _unowned(_with_managed_buffer),
         _release("buf"),
         covers=(_R + "Buffer.__del__",),
         kind="warn",
@@ -238,7 +242,7 @@ def vmm_scenarios() -> list[Scenario]:
     add(L + ".deallocate", _with_legacy_buffer, lambda e, s: s.mr.deallocate(s.buf), releases=True)
     add(
         _R + "PinnedBuffer.__del__[legacy]",
-        _with_legacy_buffer,
+        _unowned(_with_legacy_buffer),
         _release("buf"),
         covers=(_R + "PinnedBuffer.__del__",),
         kind="warn",
@@ -255,3 +259,413 @@ for _cls in ("VirtualMemoryResource", "ManagedMemoryResource", "LegacyPinnedMemo
         NO_DRIVER_CALL_MEMORY[f"{_R}{_cls}.{_attr}"] = "reads what the resource recorded: no driver call"
 for _attr in ("granularity", "options"):
     NO_DRIVER_CALL_MEMORY[f"{_R}VirtualMemoryResource.{_attr}"] = _NO_CALL_RESOURCE
+
+
+# --- memory pools, pinned memory pools, IPC ----------------------------------------------------
+#
+# Scenarios that import a pool or a buffer in the process that exported it run on the
+# simulator only (real=False): the real driver's IPC is made for two processes (the
+# two-process round trip is a test of its own, packages/resources/tests/test_ipc.py).
+
+R = _R
+_NO_CALL = _NO_CALL_RESOURCE
+_release_obj = _release("obj")
+
+
+def _options(env: Env, **kw: Any) -> Any:
+    return env.resources.DeviceMemoryResourceOptions(**kw)
+
+
+def with_pool(env: Env) -> SimpleNamespace:
+    s = with_stream(env)
+    s.mr = env.own(env.resources.DeviceMemoryResource(s.dev, _options(env)))
+    s.host = bytearray(SIZE)
+    return s
+
+
+def with_pool_buffers(env: Env) -> SimpleNamespace:
+    s = with_pool(env)
+    s.buf = env.own(s.mr.allocate(SIZE, s.stream))
+    s.sync_buf = env.own(s.mr.allocate(SIZE))
+    return s
+
+
+def with_ipc_pool(env: Env) -> SimpleNamespace:
+    s = with_stream(env)
+    s.mr = env.own(env.resources.DeviceMemoryResource(s.dev, _options(env, ipc_enabled=True)))
+    s.buf = env.own(s.mr.allocate(SIZE, s.stream))
+    s.stream.sync()
+    return s
+
+
+def with_pool_buffers_and_stream(env: Env) -> SimpleNamespace:
+    s = with_pool_buffers(env)
+    s.other = env.own(s.dev.create_stream())
+    return s
+
+
+def with_exported_pool(env: Env) -> SimpleNamespace:
+    s = with_ipc_pool(env)
+    s.alloc_handle = env.own(s.mr.get_allocation_handle())
+    return s
+
+
+def with_imported_pool(env: Env) -> SimpleNamespace:
+    s = with_exported_pool(env)
+    s.imr = env.own(env.resources.DeviceMemoryResource.from_allocation_handle(s.dev, s.alloc_handle))
+    s.desc = s.buf.get_ipc_descriptor()
+    return s
+
+
+def with_imported_buffer(env: Env) -> SimpleNamespace:
+    s = with_imported_pool(env)
+    s.ibuf = env.own(env.resources.Buffer.from_ipc_descriptor(s.imr, s.desc, s.stream))
+    return s
+
+
+def with_pinned_pool(env: Env) -> SimpleNamespace:
+    s = with_stream(env)
+    s.pmr = env.own(env.resources.PinnedMemoryResource(s.dev))
+    s.pbuf = env.own(s.pmr.allocate(SIZE, s.stream))
+    s.stream.sync()
+    return s
+
+
+def with_ipc_event(env: Env) -> SimpleNamespace:
+    s = with_stream(env)
+    s.event = env.own(s.dev.create_event(ipc_enabled=True))
+    return s
+
+
+def with_foreign_event_descriptor(env: Env) -> SimpleNamespace:
+    """An IPC event descriptor the simulator treats as another process's (it refuses its own)."""
+    s = with_ipc_event(env)
+    with env.sim.as_other_process():
+        s.desc = s.event.get_ipc_descriptor()
+    return s
+
+
+def _pool_probe(env: Env, s: Any) -> None:
+    """The pool still allocates and its memory works (G3)."""
+    buf = s.mr.allocate(SIZE, s.stream)
+    buf.fill(7, s.stream)
+    buf.copy_to(s.host, s.stream)
+    s.stream.sync()
+    buf.close()
+    assert s.host == bytearray(b"\x07" * SIZE)
+
+
+def _pool_state(env: Env, s: Any) -> Any:
+    return (s.mr.held, len(s.mr.buffers))
+
+
+def _pinned_probe(env: Env, s: Any) -> None:
+    buf = s.pmr.allocate(SIZE, s.stream)
+    s.stream.sync()
+    buf.close()
+
+
+def _attribute_get(name: str) -> Callable[[Env, Any], Any]:
+    def op(env: Env, s: Any) -> Any:
+        return getattr(s.mr.attributes, name)
+
+    return op
+
+
+def _attribute_set(name: str, value: Any) -> Callable[[Env, Any], None]:
+    def op(env: Env, s: Any) -> None:
+        setattr(s.mr.attributes, name, value)
+
+    return op
+
+
+def _attribute_state(name: str) -> Callable[[Env, Any], Any]:
+    def state(env: Env, s: Any) -> Any:
+        return getattr(s.mr.attributes, name)
+
+    return state
+
+
+def pool_scenarios() -> list[Scenario]:
+    """DeviceMemoryResource, PinnedMemoryResource, IPC buffers and events."""
+    out: list[Scenario] = []
+    add = _adder(out)
+    D = R + "DeviceMemoryResource"
+    pk: dict[str, Any] = {"probe": _pool_probe}
+    add(
+        D + "()[current]",
+        with_stream,
+        lambda e, s: e.own(e.resources.DeviceMemoryResource(s.dev)),
+        covers=(D + "()",),
+        probe=_ctx_probe,
+    )
+    add(
+        D + "()[options]",
+        with_stream,
+        lambda e, s: e.own(
+            e.resources.DeviceMemoryResource(
+                s.dev,
+                _options(
+                    e,
+                    max_size=1 << 24,
+                    release_threshold=1 << 20,
+                    reuse_follow_event_dependencies=False,
+                    reuse_allow_opportunistic=False,
+                    reuse_allow_internal_dependencies=False,
+                ),
+            )
+        ),
+        covers=(D + "()",),
+        probe=_ctx_probe,
+    )
+    add(
+        D + "()[ipc]",
+        with_stream,
+        lambda e, s: e.own(e.resources.DeviceMemoryResource(s.dev, _options(e, ipc_enabled=True))),
+        covers=(D + "()",),
+        probe=_ctx_probe,
+    )
+    add(D + ".allocate", with_pool, lambda e, s: e.own(s.mr.allocate(SIZE, s.stream)), state=_pool_state, **pk)
+    add(
+        D + ".allocate[sync]",
+        with_pool,
+        lambda e, s: e.own(s.mr.allocate(SIZE)),
+        covers=(D + ".allocate",),
+        state=_pool_state,
+        **pk,
+    )
+    add(D + ".deallocate", with_pool_buffers, lambda e, s: s.mr.deallocate(s.buf), releases=True, **pk)
+    add(
+        D + ".deallocate[sync]",
+        with_pool_buffers,
+        lambda e, s: s.mr.deallocate(s.sync_buf),
+        covers=(D + ".deallocate",),
+        releases=True,
+        **pk,
+    )
+    add(D + ".trim", with_pool_buffers, lambda e, s: s.mr.trim(0), **pk)
+    add(D + ".close", with_pool_buffers, lambda e, s: s.mr.close(), releases=True, probe=_ctx_probe)
+    add(D + ".__exit__", with_pool, lambda e, s: s.mr.__exit__(None, None, None), releases=True)
+
+    def detached_pool(env: Env) -> SimpleNamespace:
+        s = with_stream(env)
+        s.obj = env.resources.DeviceMemoryResource(s.dev, _options(env))
+        return s
+
+    add(D + ".__del__", detached_pool, _release_obj, kind="warn", releases=True)
+    add(D + ".get_allocation_handle", with_ipc_pool, lambda e, s: e.own(s.mr.get_allocation_handle()), **pk)
+    add(
+        D + ".from_allocation_handle",
+        with_exported_pool,
+        lambda e, s: e.own(e.resources.DeviceMemoryResource.from_allocation_handle(s.dev, s.alloc_handle)),
+        real=False,
+        **pk,
+    )
+
+    # the pool's attributes: each read and each write
+    A = R + "MemoryPoolAttributes."
+    for name in (
+        "release_threshold",
+        "reuse_follow_event_dependencies",
+        "reuse_allow_opportunistic",
+        "reuse_allow_internal_dependencies",
+        "reserved_mem_current",
+        "reserved_mem_high",
+        "used_mem_current",
+        "used_mem_high",
+    ):
+        add(A + name, with_pool_buffers, _attribute_get(name), **pk)
+    for name, value in (
+        ("release_threshold", 1 << 20),
+        ("reuse_follow_event_dependencies", False),
+        ("reuse_allow_opportunistic", False),
+        ("reuse_allow_internal_dependencies", False),
+    ):
+        add(
+            f"{A}{name}[set]",
+            with_pool_buffers,
+            _attribute_set(name, value),
+            covers=(A + name,),
+            state=_attribute_state(name),
+            **pk,
+        )
+    add(A + "reset_high_watermarks", with_pool_buffers, lambda e, s: s.mr.attributes.reset_high_watermarks(), **pk)
+
+    # buffers of a pool
+    B = R + "Buffer."
+    add(
+        B + "close[pool]",
+        with_pool_buffers,
+        lambda e, s: s.buf.close(),
+        covers=(B + "close",),
+        releases=True,
+        state=_pool_state,
+        **pk,
+    )
+    add(
+        B + "close[pool, other stream]",
+        with_pool_buffers_and_stream,
+        lambda e, s: s.buf.close(s.other),
+        covers=(B + "close",),
+        releases=True,
+        **pk,
+    )
+    add(
+        B + "close[pool, sync]",
+        with_pool_buffers,
+        lambda e, s: s.sync_buf.close(),
+        covers=(B + "close",),
+        releases=True,
+        **pk,
+    )
+
+    def detached_pool_buffer(env: Env) -> SimpleNamespace:
+        s = with_pool(env)
+        s.obj = s.mr.allocate(SIZE, s.stream)
+        return s
+
+    add(B + "__del__[pool]", detached_pool_buffer, _release_obj, covers=(B + "__del__",), kind="warn", releases=True)
+    add(B + "get_ipc_descriptor", with_ipc_pool, lambda e, s: s.buf.get_ipc_descriptor(), **pk)
+    add(
+        B + "from_ipc_descriptor",
+        with_imported_pool,
+        lambda e, s: e.own(e.resources.Buffer.from_ipc_descriptor(s.imr, s.desc, s.stream)),
+        real=False,
+        **pk,
+    )
+    add(
+        B + "from_ipc_descriptor[sync]",
+        with_imported_pool,
+        lambda e, s: e.own(e.resources.Buffer.from_ipc_descriptor(s.imr, s.desc)),
+        covers=(B + "from_ipc_descriptor",),
+        real=False,
+        **pk,
+    )
+    add(
+        B + "close[imported]",
+        with_imported_buffer,
+        lambda e, s: s.ibuf.close(),
+        covers=(B + "close",),
+        releases=True,
+        real=False,
+        **pk,
+    )
+
+    # pinned memory pools
+    P = R + "PinnedMemoryResource"
+    pp: dict[str, Any] = {"probe": _pinned_probe}
+    add(P + "()", with_stream, lambda e, s: e.own(e.resources.PinnedMemoryResource(s.dev)), probe=_ctx_probe)
+    add(
+        P + ".allocate",
+        with_pinned_pool,
+        lambda e, s: e.own(s.pmr.allocate(SIZE, s.stream)),
+        state=lambda e, s: s.pmr.held,
+        **pp,
+    )
+    add(
+        P + ".allocate[sync]",
+        with_pinned_pool,
+        lambda e, s: e.own(s.pmr.allocate(SIZE)),
+        covers=(P + ".allocate",),
+        state=lambda e, s: s.pmr.held,
+        **pp,
+    )
+    add(P + ".deallocate", with_pinned_pool, lambda e, s: s.pmr.deallocate(s.pbuf), releases=True, **pp)
+    add(P + ".trim", with_pinned_pool, lambda e, s: s.pmr.trim(), **pp)
+    add(P + ".close", with_pinned_pool, lambda e, s: s.pmr.close(), releases=True, probe=_ctx_probe)
+    add(
+        R + "PinnedBuffer.close[pool]",
+        with_pinned_pool,
+        lambda e, s: s.pbuf.close(s.stream),
+        covers=(R + "PinnedBuffer.close",),
+        releases=True,
+        **pp,
+    )
+
+    def detached_pinned_pool(env: Env) -> SimpleNamespace:
+        s = with_stream(env)
+        s.obj = env.resources.PinnedMemoryResource(s.dev)
+        return s
+
+    add(P + ".__del__", detached_pinned_pool, _release_obj, kind="warn", releases=True)
+
+    # IPC events
+    add(
+        R + "Device.create_event[ipc]",
+        with_stream,
+        lambda e, s: e.own(s.dev.create_event(ipc_enabled=True)),
+        covers=(R + "Device.create_event",),
+        probe=_ctx_probe,
+    )
+    add(R + "Event.get_ipc_descriptor", with_ipc_event, lambda e, s: s.event.get_ipc_descriptor(), probe=_ctx_probe)
+    add(
+        R + "Event.from_ipc_descriptor",
+        with_foreign_event_descriptor,
+        lambda e, s: e.own(e.resources.Event.from_ipc_descriptor(s.desc, s.dev)),
+        real=False,
+        probe=_ctx_probe,
+    )
+    return out
+
+
+_POOL_NO_CALL = {
+    "DeviceMemoryResource.attributes": "makes the attributes view; its reads and writes are swept",
+    "DeviceMemoryResource.owned": _NO_CALL,
+    "DeviceMemoryResource.is_ipc_enabled": _NO_CALL,
+    "DeviceMemoryResource.is_imported": _NO_CALL,
+    "DeviceMemoryResource.device_id": _NO_CALL,
+    "DeviceMemoryResource.is_device_accessible": "a constant of the kind of memory: no driver call",
+    "DeviceMemoryResource.is_host_accessible": "a constant of the kind of memory: no driver call",
+    "DeviceMemoryResource.held": "sums the sizes of the live buffers it recorded: no driver call",
+    "DeviceMemoryResource.buffers": "the live buffers it recorded: no driver call",
+    "DeviceMemoryResource.leaked": "a count it keeps: no driver call",
+    "DeviceMemoryResource.handle": _NO_CALL,
+    "DeviceMemoryResource.context": _NO_CALL,
+    "DeviceMemoryResource.closed": _NO_CALL,
+    "DeviceMemoryResourceOptions()": "a record of pool options: no driver call",
+    "PinnedMemoryResourceOptions()": "a record of pool options: no driver call",
+    "MemoryPoolAttributes()": "a view over a pool (made by mr.attributes); its reads and writes are swept",
+    "MemoryResource()": "abstract base: its operations are swept through each memory resource",
+    "MemoryResource.allocate": "abstract: swept through each memory resource",
+    "MemoryResource.deallocate": "swept through each memory resource",
+    "MemoryResource.device_id": "abstract: swept through each memory resource",
+    "MemoryResource.is_device_accessible": "abstract: a constant of each memory resource",
+    "MemoryResource.is_host_accessible": "abstract: a constant of each memory resource",
+    "MemoryResource.held": "sums the sizes of the live buffers it recorded: no driver call",
+    "MemoryResource.buffers": "the live buffers it recorded: no driver call",
+    "MemoryResource.leaked": "a count it keeps: no driver call",
+    "IPCAllocationHandle()": "refused with TypeError naming the factories",
+    "IPCAllocationHandle.from_fd": "takes a file descriptor: no driver call",
+    "IPCAllocationHandle.fd": "the file descriptor: no driver call",
+    "IPCAllocationHandle.closed": "whether the descriptor was closed: no driver call",
+    "IPCAllocationHandle.close": "closes a file descriptor (os.close): no driver call",
+    "IPCBufferDescriptor()": "a record of 64 bytes and a size: no driver call",
+    "IPCEventDescriptor()": "a record of 64 bytes: no driver call",
+    "MemoryRecord()": "a record of one allocation: no driver call",
+    "MemoryReport()": "a record of what memory_in_use found: no driver call",
+    "MemoryReport.total": "sums its records: no driver call",
+    "MemoryReport.by_device": "sums its records: no driver call",
+    "MemoryReport.by_source": "sums its records: no driver call",
+    "memory_in_use": "walks the objects the garbage collector tracks: no driver call",
+    "Buffer.memory_resource": _NO_CALL,
+    "PinnedBuffer.memory_resource": _NO_CALL,
+    "Event.is_ipc_enabled": "looks the event up in cuguard's record of IPC events: no driver call",
+}
+for _key in (
+    "attributes",
+    "owned",
+    "is_ipc_enabled",
+    "is_imported",
+    "device_id",
+    "is_device_accessible",
+    "is_host_accessible",
+    "held",
+    "buffers",
+    "leaked",
+    "handle",
+    "context",
+    "closed",
+):
+    _POOL_NO_CALL[f"PinnedMemoryResource.{_key}"] = _POOL_NO_CALL[f"DeviceMemoryResource.{_key}"]
+
+NO_DRIVER_CALL_MEMORY.update({R + key: reason for key, reason in _POOL_NO_CALL.items()})
