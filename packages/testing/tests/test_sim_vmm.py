@@ -1,8 +1,8 @@
 """The simulated driver's virtual memory management and managed-memory hints.
 
 scripts/differential.py runs the same edge cases on a real GPU (scenarios vmm_granularity,
-vmm_unaligned_sizes, vmm_access_before_map, vmm_partial_unmap, vmm_unmapped_copy,
-vmm_release_while_mapped, managed_prefetch_advise).
+vmm_without_context, vmm_unaligned_sizes, vmm_access_before_map, vmm_unmapped_copy,
+vmm_partial_unmap, vmm_release_while_mapped, vmm_adjacent_ranges, managed_prefetch_advise).
 """
 
 from __future__ import annotations
