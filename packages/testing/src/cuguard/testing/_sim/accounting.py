@@ -32,10 +32,12 @@ class LiveObject:
 
     ``kind`` is one of ``"context"``, ``"stream"``, ``"event"``,
     ``"device_memory"``, ``"host_memory"``, ``"module"``, ``"library"``,
-    ``"graph"``, ``"graph_exec"``, ``"user_object"``. ``handle`` is the
-    handle (or address) as an int, ``context`` the handle of the context that
-    was current (or owned the stream) when it was created, ``None`` when none
-    was or for contexts themselves, and ``call`` the driver function that
+    ``"graph"``, ``"graph_exec"``, ``"user_object"``, and for virtual memory
+    ``"address_range"``, ``"physical_memory"`` and ``"memory_mapping"`` (a
+    mapping's handle is its address). ``handle`` is the handle (or address)
+    as an int, ``context`` the handle of the context that was current (or
+    owned the stream) when it was created, ``None`` when none was or for
+    contexts themselves, and ``call`` the driver function that
     created it. ``refcount`` is the retain count of primary contexts and the
     total reference count of user objects (1 for everything else).
     """
