@@ -35,6 +35,8 @@ from cuguard.graphs._nodes import (
     Node,
     _iterable,
     _kernel_params,
+    _memcpy_params,
+    _memset_params,
     _order,
     _size_arg,
 )
@@ -129,6 +131,7 @@ class GraphDefinition(_Collected):
 
     __slots__ = (
         "__weakref__",
+        "_bodies",
         "_closed",
         "_context",
         "_driver",
@@ -141,7 +144,9 @@ class GraphDefinition(_Collected):
         "_owners",
         "_payload",
         "_shape",
+        "_shared",
         "_source",
+        "_uobj",
         "_version",
     )
 
@@ -154,6 +159,9 @@ class GraphDefinition(_Collected):
     _fresh: list[Node]  # nodes the hot builders made, not yet keyed in _nodes (see _settle)
     _owners: dict[int, object]
     _payload: bool
+    _shared: bool  # whether anything but this CUgraph holds the payload's user object (see _privatize)
+    _uobj: Any  # the payload's user object while attached
+    _bodies: list[Any]  # the bodies of its conditional nodes, nested ones included
     _next_order: int
     _found: dict[int, Node]
     _source: int
@@ -190,6 +198,9 @@ class GraphDefinition(_Collected):
         self._fresh = []
         self._owners = owners
         self._payload = False
+        self._shared = False
+        self._uobj = None
+        self._bodies = []
         self._next_order = next_order
         self._found = {}
         self._source = 0
@@ -218,6 +229,8 @@ class GraphDefinition(_Collected):
         obj = _attach_payload(self._handle, payload)
         self._owners = payload
         self._payload = True
+        self._shared = False
+        self._uobj = obj
         return obj
 
     def _detach(self, obj: Any, exc: BaseException) -> None:
@@ -232,6 +245,7 @@ class GraphDefinition(_Collected):
             return  # still attached: keep using that payload
         self._owners = {}  # the released payload is dropped by its destructor; owners go in a new one
         self._payload = False
+        self._uobj = None
 
     # --- state ---
 
@@ -343,6 +357,73 @@ class GraphDefinition(_Collected):
         return [self._wrap(h) for h in handles[:count]]
 
     # --- owners (G5) ---
+
+    def _root(self) -> GraphDefinition:
+        """The definition whose payload keeps what this one's nodes use (a conditional body's is its root's)."""
+        return self
+
+    def _all_nodes(self) -> list[Node]:
+        """Every node cuguard knows of this definition and of its conditional bodies."""
+        self._settle()
+        nodes = list(self._nodes.values())
+        for body in self._bodies:
+            body._settle()
+            nodes.extend(body._nodes.values())
+        return nodes
+
+    def _stale(self, node: Node, old: Iterable[object], keep: set[int]) -> list[int]:
+        """The keys of ``old`` (what ``node`` used) that no other node uses and ``keep`` does not hold."""
+        candidates = {_owner_key(o) for o in old} - keep
+        if not candidates:
+            return []
+        for other in self._all_nodes():
+            if other is not node:
+                for owner in other._info.get("_owners", ()):
+                    candidates.discard(_owner_key(owner))
+                if not candidates:
+                    return []
+        return [key for key in candidates if key in self._owners]
+
+    def _privatize(self) -> tuple[Any, dict[int, object]] | None:
+        """Give the definition a payload of its own before it drops owners (W5); return what to release after.
+
+        The current payload's user object is shared (an executable graph, a clone or a parent
+        graph holds it too), so nothing may be removed from it: a copy is attached under a new
+        user object, and the caller releases the old one from this graph once its mutation
+        succeeded (:meth:`_release_shared`), or undoes the copy (:meth:`_unprivatize`).
+        Returns ``None`` when the payload is not shared. Raises, creating nothing, if the copy
+        cannot be attached.
+        """
+        if not self._shared or not self._payload:
+            return None
+        old = (self._uobj, self._owners)
+        payload = dict(self._owners)
+        obj = _attach_payload(self._handle, payload)
+        self._owners, self._uobj, self._shared = payload, obj, False
+        return old
+
+    def _unprivatize(self, old: tuple[Any, dict[int, object]], exc: BaseException) -> None:
+        """Undo :meth:`_privatize` for a mutation that failed; a failed release is a note on ``exc``."""
+        (err,) = driver.cuGraphReleaseUserObject(self._handle, self._uobj, 1)
+        if err:
+            add_failure_note(exc, err, "cuGraphReleaseUserObject", self._uobj)
+            return  # the copy stays attached and in use: it holds everything the old payload does
+        self._uobj, self._owners = old
+        self._shared = True
+
+    def _release_shared(self, old: tuple[Any, dict[int, object]]) -> None:
+        """Release this graph's reference to the payload :meth:`_privatize` replaced; raises if refused.
+
+        Whatever else holds that payload (executable graphs, launches in flight) keeps it alive.
+        """
+        (err,) = driver.cuGraphReleaseUserObject(self._handle, old[0], 1)
+        if err:
+            raise CUDAError(err, "cuGraphReleaseUserObject")
+
+    def _drop(self, keys: Iterable[int]) -> None:
+        """Forget owners nothing in this definition uses any more (its payload is its own: see _privatize)."""
+        for key in keys:
+            self._owners.pop(key, None)
 
     def _retain(self, owners: Iterable[object]) -> tuple[Any, list[int]]:
         """Keep ``owners`` alive with this definition; return ``(attached, keys newly added)``.
@@ -484,6 +565,10 @@ class GraphDefinition(_Collected):
         if self._closed or self._driver is not driver_token():
             self._check_open()
         dep_nodes = self._deps(deps)
+        if owners:
+            owners = tuple(owners)
+            info = {} if info is None else info
+            info["_owners"] = owners  # what this node uses: set_params drops what no node uses any more
         retained = self._retain(owners) if owners else None
         self._version += 1
         graph = self._handle
@@ -598,21 +683,7 @@ class GraphDefinition(_Collected):
         if not isinstance(dst, Buffer):
             raise TypeError(f"dst must be a Buffer, not {type(dst).__name__}")
         deps = self._deps(deps)  # kinds before values (E3)
-        if element_size not in (1, 2, 4):
-            raise ValueError(f"element_size must be 1, 2 or 4, not {element_size!r}")
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << (8 * element_size):
-            raise ValueError(f"value must be an int that fits in {element_size} byte(s), not {value!r}")
-        nbytes = dst.size if size is None else _size_arg(size)
-        if nbytes > dst.size or nbytes % element_size or nbytes == 0:
-            raise ValueError(f"size {nbytes} must be 1..{dst.size} bytes and a multiple of {element_size}")
-        dst._check_open()
-        params = _types().CUDA_MEMSET_NODE_PARAMS()
-        params.dst = dst.handle
-        params.value = value
-        params.elementSize = element_size
-        params.width = nbytes // element_size
-        params.height = 1
-        params.pitch = 0
+        params, nbytes = _memset_params(dst, value, size, element_size)
         ctx = dst.context
         return self._add(
             "memset",
@@ -646,33 +717,7 @@ class GraphDefinition(_Collected):
             if not isinstance(obj, Buffer | PinnedBuffer):
                 raise TypeError(f"{name} must be a Buffer or PinnedBuffer, not {type(obj).__name__}")
         deps = self._deps(deps)  # kinds before values (E3)
-        nbytes = min(dst.size, src.size) if size is None else _size_arg(size)
-        if nbytes == 0 or nbytes > dst.size or nbytes > src.size:
-            raise ValueError(f"size {nbytes} must be 1..{min(dst.size, src.size)} bytes")
-        dst._check_open()
-        src._check_open()
-        types = _types()
-        params = types.CUDA_MEMCPY3D()
-        device_type = types.CUmemorytype.CU_MEMORYTYPE_DEVICE
-        host_type = types.CUmemorytype.CU_MEMORYTYPE_HOST
-        if isinstance(src, Buffer):
-            params.srcMemoryType = device_type
-            params.srcDevice = src.handle
-        else:
-            params.srcMemoryType = host_type
-            params.srcHost = src.address
-        if isinstance(dst, Buffer):
-            params.dstMemoryType = device_type
-            params.dstDevice = dst.handle
-        else:
-            params.dstMemoryType = host_type
-            params.dstHost = dst.address
-        params.srcPitch = params.dstPitch = nbytes
-        params.srcHeight = params.dstHeight = 1
-        params.WidthInBytes = nbytes
-        params.Height = 1
-        params.Depth = 1
-        ctx = dst.context if isinstance(dst, Buffer) or not isinstance(src, Buffer) else src.context
+        params, nbytes, ctx = _memcpy_params(dst, src, size)
         return self._add(
             "memcpy",
             deps,
@@ -841,7 +886,7 @@ class GraphDefinition(_Collected):
         child._check_no_memory_nodes("be embedded as a child graph")  # CUDA_ERROR_NOT_SUPPORTED on an H200
         _check_owners(child, child._owners, "embedded")  # CUDA copies its nodes now (S2, O4)
         owners = list(child._owners.values())
-        return self._add(
+        node = self._add(
             "graph",
             deps,
             driver.cuGraphAddChildGraphNode,
@@ -851,6 +896,8 @@ class GraphDefinition(_Collected):
             info={"child": child._int},
             context=child._context,
         )
+        child._shared = True  # CUDA copied its user-object references into the child graph node
+        return node
 
     # --- whole-graph operations ---
 
@@ -867,6 +914,7 @@ class GraphDefinition(_Collected):
         err, handle = driver.cuGraphClone(self._handle)
         if err:
             raise_status(err, "cuGraphClone")
+        self._shared = True  # CUDA copied the user-object references into the clone
         copy = GraphDefinition._adopt(handle, self._context, dict(self._owners), self._next_order)
         self._settle()
         try:
@@ -926,22 +974,35 @@ class GraphDefinition(_Collected):
         uses an object whose context was destroyed.
         """
         self._check_open()
-        _check_owners(self, self._owners, "instantiated")
+        if self._owners:
+            _check_owners(self, self._owners, "instantiated")
         kinds, edges, _ = self._signature()
         # The executable graph inherits the payload's user object: it keeps what later
         # updates bring alive too (see Graph.update), so a definition without owners gets one now.
         fresh = None if self._payload else self._attach()
         context = self._context
         try:
-            if context is None:
-                handle = _instantiate(self._handle)
-            else:
-                handle = call_in(context, _instantiate, _exec_destroy, self._handle)
+            handle = None
+            fp = _fp
+            if fp is not None and (context is None or not context._closed):
+                # Compiled: the context check and the instantiate in one call (-1: another context is
+                # current, nothing made: switch in below); the executable graph comes back as an int.
+                err, handle = fp.graph_instantiate(None if context is None else context._int, self._handle, 0)
+                if err:
+                    if err != -1:
+                        raise_status(err, handle)
+                    handle = None
+            if handle is None:
+                if context is None:
+                    handle = _instantiate(self._handle)
+                else:
+                    handle = call_in(context, _instantiate, _exec_destroy, self._handle)
         except BaseException as exc:
             if fresh is not None:
                 self._detach(fresh, exc)
             raise
-        return Graph._make(handle, context, self._owners, (kinds, edges))
+        self._shared = True  # the executable graph holds the payload's user object too
+        return Graph._make(handle, context, self._owners, (kinds, edges), self)
 
     def close(self) -> None:
         """Destroy the graph now (``cuGraphDestroy``). Idempotent.

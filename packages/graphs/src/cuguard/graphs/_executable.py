@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from cuguard.context import Context
@@ -19,8 +21,20 @@ from cuguard.errors import (
     report_error,
     wrong_kind,
 )
-from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected
-from cuguard.resources import Event, Module, Stream, as_stream, wait_attributed
+from cuguard.graphs import _updates
+from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
+from cuguard.resources import (
+    Buffer,
+    Event,
+    Kernel,
+    LaunchConfig,
+    Module,
+    PinnedBuffer,
+    Stream,
+    as_stream,
+    wait_attributed,
+)
+from cuguard.resources._fast import follow_fastpath
 
 if TYPE_CHECKING:
     from cuguard.graphs._definition import GraphDefinition
@@ -29,6 +43,17 @@ if TYPE_CHECKING:
 __all__ = ["Graph", "GraphUpdateError"]
 
 _GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+
+# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None.
+_fp: Any = None
+
+
+def _fastpath_changed(ops: Any) -> None:
+    global _fp
+    _fp = ops
+
+
+follow_fastpath(_fastpath_changed)
 
 
 class GraphUpdateError(CUDAError, ValueError):
@@ -68,6 +93,7 @@ class Graph(_Collected):
         "_driver",
         "_handle",
         "_int",
+        "_origin",
         "_owners",
         "_released_with_close",
         "_signature",
@@ -78,8 +104,9 @@ class Graph(_Collected):
     _driver: Any  # the driver_token() it was made under
     _closed: bool
     _context: Context | None
-    _owners: dict[int, object]
+    _owners: dict[int, object]  # the payload of the user object this executable graph holds (W5)
     _signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]]
+    _origin: weakref.ref[GraphDefinition] | None  # the definition it was instantiated from: its nodes name ours
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(Graph, "GraphDefinition.instantiate()")
@@ -91,8 +118,10 @@ class Graph(_Collected):
         context: Context | None,
         owners: dict[int, object],
         signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
+        origin: GraphDefinition | None = None,
     ) -> Graph:
         self = object.__new__(cls)
+        self._origin = None if origin is None else weakref.ref(origin)
         self._handle = handle
         self._int = int(handle)
         self._driver = driver_token()
@@ -107,7 +136,10 @@ class Graph(_Collected):
     def handle(self) -> Any:
         """The ``CUgraphExec``; raises ``ResourceClosedError`` once closed."""
         self._check_open()
-        return self._handle
+        handle = self._handle
+        if type(handle) is int:  # the compiled fast path keeps the address: the bindings' type on demand
+            return _types().CUgraphExec(handle)
+        return handle
 
     @property
     def closed(self) -> bool:
@@ -146,7 +178,11 @@ class Graph(_Collected):
         for owner in self._released_with_close:
             if owner._closed:  # S2: its nodes would reach an unloaded module or a destroyed event
                 raise ResourceClosedError(f"{self!r} uses {owner!r}, which was closed: the graph cannot run any more")
-        (err,) = driver.cuGraphLaunch(self._handle, hstream)
+        fp = _fp
+        if fp is not None:
+            err = fp.graph_launch(self._handle, hstream)  # compiled: the status back, raised here
+        else:
+            (err,) = driver.cuGraphLaunch(self._handle, hstream)
         if err:
             raise_status(err, "cuGraphLaunch")
         if attributing():
@@ -183,11 +219,15 @@ class Graph(_Collected):
         use is kept alive by this graph from before the driver call; after a
         refused update it stays alive until the graph is gone (a leak, never a
         dangle).
+
+        Per-node changes made before with :meth:`set_kernel_params` and the
+        other ``set_*`` methods are replaced by the definition's parameters;
+        which nodes are enabled is the driver's to keep (CUDA keeps it).
         """
         from cuguard.graphs._definition import GraphDefinition  # it imports this module
 
         self._check_open()
-        if not isinstance(definition, GraphDefinition):
+        if not isinstance(definition, GraphDefinition) or definition._root() is not definition:
             raise wrong_kind("definition", "a GraphDefinition", definition)
         definition._check_open()
         _check_owners(definition, definition._owners, "used for an update")
@@ -208,7 +248,99 @@ class Graph(_Collected):
                 )
             raise_status(err, "cuGraphExecUpdate")
         self._signature = (kinds, edges)
+        # CUDA moved this graph to the user objects of ``definition``: that payload is the one it holds now.
+        definition._root()._shared = True
+        self._owners = definition._owners
         self._released_with_close = _released_with_close(definition._owners)
+
+    # --- per-node changes (see the updates module) ---
+
+    def set_kernel_params(self, node: Node, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+        """Run kernel node ``node`` with ``config``, ``kernel`` and ``args`` from the next launch on.
+
+        ``node`` is a node of the definition this graph was instantiated from
+        (open, the node not destroyed); the definition keeps its own
+        parameters. One driver call (``cuGraphExecKernelNodeSetParams``), in
+        the kernel's context; CUDA requires the kernel to be in the context of
+        the one it replaces. Raises ``TypeError``/``ValueError`` for bad
+        arguments and ``ResourceClosedError`` for a node whose definition was
+        closed, before the driver; :class:`~cuguard.errors.CUDAError` when the
+        driver refuses, and the graph runs as before. What the new parameters
+        use is kept alive by this graph (W5); so is what the old ones used.
+        If the caller's context cannot be restored afterwards (C2), the new
+        parameters stay applied (a note says so).
+        """
+        _updates.kernel_params(self, node, config, kernel, args)
+
+    def set_memset_params(
+        self, node: Node, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1
+    ) -> None:
+        """Make memset node ``node`` set ``size`` bytes (default: all) of ``dst`` to ``value``.
+
+        Arguments as in :meth:`GraphDefinition.memset`; CUDA requires ``dst``
+        to be memory of the original destination's context. One driver call
+        (``cuGraphExecMemsetNodeSetParams``); failures as in
+        :meth:`set_kernel_params`: a refused change leaves the graph as it was.
+        """
+        _updates.memset_params(self, node, dst, value, size, element_size)
+
+    def set_memcpy_params(
+        self, node: Node, dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None = None
+    ) -> None:
+        """Make memcpy node ``node`` copy ``size`` bytes (default: all of the smaller) from ``src`` to ``dst``.
+
+        Arguments as in :meth:`GraphDefinition.memcpy`; CUDA requires the same
+        kinds of memory (device or pinned host) on each side as the original
+        copy, in the same contexts. One driver call
+        (``cuGraphExecMemcpyNodeSetParams``); failures as in
+        :meth:`set_kernel_params`.
+        """
+        _updates.memcpy_params(self, node, dst, src, size)
+
+    def set_callback(self, node: Node, fn: Callable[[], object]) -> None:
+        """Make host node ``node`` call ``fn()`` from the next launch on (``cuGraphExecHostNodeSetParams``).
+
+        ``fn`` is kept alive as long as CUDA may call it; its exceptions go to
+        ``sys.unraisablehook`` (W6). Failures as in :meth:`set_kernel_params`.
+        """
+        _updates.callback(self, node, fn)
+
+    def set_event(self, node: Node, event: Event) -> None:
+        """Make event-record or event-wait node ``node`` use ``event`` from the next launch on.
+
+        One driver call (``cuGraphExecEventRecordNodeSetEvent`` or
+        ``cuGraphExecEventWaitNodeSetEvent``), in the event's context; the
+        event is kept alive with this graph. Failures as in
+        :meth:`set_kernel_params`.
+        """
+        _updates.event(self, node, event)
+
+    def set_child(self, node: Node, child: GraphDefinition) -> None:
+        """Make child-graph node ``node`` run the parameters of ``child`` (``cuGraphExecChildGraphNodeSetParams``).
+
+        CUDA requires ``child`` to have the topology of the original child
+        graph (refused otherwise, and the graph runs as before). What
+        ``child``'s nodes use is kept alive by this graph. Failures as in
+        :meth:`set_kernel_params`.
+        """
+        _updates.child(self, node, child)
+
+    def set_enabled(self, node: Node, enabled: bool) -> None:
+        """Enable or disable node ``node`` for the next launches (``cuGraphNodeSetEnabled``).
+
+        Only kernel, memset and memcpy nodes can be disabled (a CUDA rule;
+        ``TypeError`` for other kinds before the driver). A disabled node runs
+        as an empty node and keeps taking parameter changes. Failures as in
+        :meth:`set_kernel_params`.
+        """
+        _updates.set_enabled(self, node, enabled)
+
+    def is_enabled(self, node: Node) -> bool:
+        """Whether node ``node`` (kernel, memset or memcpy) is enabled (``cuGraphNodeGetEnabled``).
+
+        Raises as :meth:`set_enabled` does; :class:`~cuguard.errors.CUDAError` if the driver refuses.
+        """
+        return _updates.is_enabled(self, node)
 
     def close(self) -> None:
         """Destroy the executable graph now (``cuGraphExecDestroy``). Idempotent.
@@ -227,7 +359,11 @@ class Graph(_Collected):
             raise ResourceClosedError(
                 f"{self!r} cannot be released: its context {context!r} was closed first; it was leaked"
             )
-        (err,) = driver.cuGraphExecDestroy(self._handle)
+        fp = _fp
+        if fp is not None:
+            err = fp.graph_exec_destroy(self._handle)  # compiled: the status back, raised here
+        else:
+            (err,) = driver.cuGraphExecDestroy(self._handle)
         if err:
             raise CUDAError(err, "cuGraphExecDestroy", f"executable graph {format_handle(self._int)} was leaked")
 
@@ -270,6 +406,8 @@ def _released_with_close(owners: dict[int, object]) -> tuple[Any, ...]:
 
     (Memory closed while a graph uses it stays allocated until the graph goes, W5.)
     """
+    if not owners:  # a graph of empty nodes: no generator to run on every instantiate
+        return ()
     return tuple(o for o in owners.values() if type(o) is Module or type(o) is Event)
 
 

@@ -16,6 +16,7 @@ from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
     Unique,
+    add_failure_note,
     driver,
     driver_token,
     format_handle,
@@ -177,9 +178,22 @@ class Node(Unique):
         released again. If the caller's context cannot be restored afterwards
         (C2), the old parameters are put back first; only if that fails too
         (a note on the error says so) does the node keep the new parameters,
-        and then what they use stays alive. Executable graphs already instantiated keep the old
-        parameters (use :meth:`Graph.update`); the old objects stay alive until
-        the definition and those executable graphs are gone.
+        and then what they use stays alive.
+
+        What only the previous parameters used (their argument block, buffers
+        no other node uses, a replaced kernel) is released by the definition
+        once the call succeeded, so repeated calls do not accumulate. Executable
+        graphs already instantiated keep the old parameters (use
+        :meth:`Graph.update` or :meth:`Graph.set_kernel_params`) and keep what
+        those use alive until CUDA drops them (W5): when such a graph, a clone
+        or a parent graph shares the definition's payload, the definition first
+        moves to a copy of it under a new CUDA user object
+        (``cuUserObjectCreate``, ``cuGraphRetainUserObject``) and releases its
+        reference to the shared one afterwards (``cuGraphReleaseUserObject``).
+        A failure of any of these raises :class:`~cuguard.errors.CUDAError`
+        with the node's previous parameters in place (a failed release puts
+        them back; if that fails too, a note says the new parameters stay, and
+        everything both use stays alive).
         """
         if self._kind != "kernel":
             raise TypeError(f"set_params() needs a kernel node, not {self!r}")
@@ -189,10 +203,19 @@ class Node(Unique):
         new_kernel = self._info["kernel"] if kernel is None else kernel
         new_args = tuple(self._info["args"] if args is None else args)
         params, owners = _kernel_params(new_config, new_kernel, new_args)
-        retained = graph._retain(owners)
+        root = graph._root()
+        stale = root._stale(self, self._info.get("_owners", ()), {id(o) for o in owners})
+        swap = root._privatize() if stale else None  # raises creating nothing
+        try:
+            retained = root._retain(owners)
+        except BaseException as exc:
+            if swap is not None:
+                root._unprivatize(swap, exc)
+            raise
         node = self._handle
         old_params = self._info["_params"]
         applied: list[bool] = []
+        context = new_kernel.module.context
 
         def set_node() -> None:
             (err,) = driver.cuGraphKernelNodeSetParams(node, params)
@@ -209,14 +232,29 @@ class Node(Unique):
 
         # In the kernel's context: the driver may not be asked about a kernel with no context current.
         try:
-            call_in(new_kernel.module.context, set_node, revert)
+            call_in(context, set_node, revert)
+            if swap is not None:
+                try:
+                    root._release_shared(swap)
+                except BaseException as exc:
+                    try:
+                        call_in(context, revert, None, None)
+                    except BaseException as undo:  # noqa: BLE001 - attached as a note (G4)
+                        add_failure_note(exc, undo)
+                        exc.add_note(f"{self!r} keeps its new parameters; what both sets use stays alive")
+                    raise
         except BaseException as exc:
             if applied:  # the new parameters stayed (their revert failed): keep what they use (G5)
-                self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
+                self._info.update(
+                    config=new_config, kernel=new_kernel, args=new_args, _params=params, _owners=tuple(owners)
+                )
             else:
-                graph._unretain(retained, exc)
+                root._unretain(retained, exc)
+                if swap is not None:
+                    root._unprivatize(swap, exc)
             raise
-        self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params)
+        self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params, _owners=tuple(owners))
+        root._drop(stale)  # its payload is its own now: nothing in CUDA uses what only the old ones used
 
     # --- edges ---
 
@@ -498,6 +536,59 @@ def _size_arg(size: object, what: str = "size") -> int:
     if size < 0:
         raise ValueError(f"{what} must be 0 or more, not {size}")
     return size
+
+
+def _memset_params(dst: Buffer, value: object, size: int | None, element_size: object) -> tuple[Any, int]:
+    """The ``CUDA_MEMSET_NODE_PARAMS`` of a memset of ``dst`` and its byte count; ``ValueError`` first."""
+    if element_size not in (1, 2, 4):
+        raise ValueError(f"element_size must be 1, 2 or 4, not {element_size!r}")
+    assert isinstance(element_size, int)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << (8 * element_size):
+        raise ValueError(f"value must be an int that fits in {element_size} byte(s), not {value!r}")
+    nbytes = dst.size if size is None else _size_arg(size)
+    if nbytes > dst.size or nbytes % element_size or nbytes == 0:
+        raise ValueError(f"size {nbytes} must be 1..{dst.size} bytes and a multiple of {element_size}")
+    dst._check_open()
+    params = _types().CUDA_MEMSET_NODE_PARAMS()
+    params.dst = dst.handle
+    params.value = value
+    params.elementSize = element_size
+    params.width = nbytes // element_size
+    params.height = 1
+    params.pitch = 0
+    return params, nbytes
+
+
+def _memcpy_params(dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None) -> tuple[Any, int, Any]:
+    """The ``CUDA_MEMCPY3D`` of a copy ``src`` -> ``dst``, its byte count and its context; ``ValueError`` first."""
+    nbytes = min(dst.size, src.size) if size is None else _size_arg(size)
+    if nbytes == 0 or nbytes > dst.size or nbytes > src.size:
+        raise ValueError(f"size {nbytes} must be 1..{min(dst.size, src.size)} bytes")
+    dst._check_open()
+    src._check_open()
+    types = _types()
+    params = types.CUDA_MEMCPY3D()
+    device_type = types.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    host_type = types.CUmemorytype.CU_MEMORYTYPE_HOST
+    if isinstance(src, Buffer):
+        params.srcMemoryType = device_type
+        params.srcDevice = src.handle
+    else:
+        params.srcMemoryType = host_type
+        params.srcHost = src.address
+    if isinstance(dst, Buffer):
+        params.dstMemoryType = device_type
+        params.dstDevice = dst.handle
+    else:
+        params.dstMemoryType = host_type
+        params.dstHost = dst.address
+    params.srcPitch = params.dstPitch = nbytes
+    params.srcHeight = params.dstHeight = 1
+    params.WidthInBytes = nbytes
+    params.Height = 1
+    params.Depth = 1
+    ctx = dst.context if isinstance(dst, Buffer) or not isinstance(src, Buffer) else src.context
+    return params, nbytes, ctx
 
 
 def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tuple[Any, list[object]]:

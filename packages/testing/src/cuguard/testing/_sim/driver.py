@@ -14,6 +14,7 @@ from cuguard.testing._sim.graphs import SimGraphs
 from cuguard.testing._sim.launches import SimLaunches
 from cuguard.testing._sim.pools import SimPools
 from cuguard.testing._sim.queries import SimQueries
+from cuguard.testing._sim.updates import SimExecUpdates
 from cuguard.testing._sim.vmm import SimVmm
 
 __all__ = [
@@ -30,7 +31,7 @@ SIM_DEVICES_VARIABLE = "CUGUARD_SIM_DEVICES"
 SIM_STAND_INS_VARIABLE = "CUGUARD_SIM_STAND_INS"
 
 
-class SimulatedDriver(SimCapture, SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
+class SimulatedDriver(SimCapture, SimExecUpdates, SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
     """A CPU-only CUDA driver with the functions of ``cuda.bindings.driver``.
 
     Every driver function has the name, parameters and return convention of

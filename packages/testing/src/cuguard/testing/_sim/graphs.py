@@ -97,6 +97,12 @@ class Exec:
     destroyed: bool = False
     # (stream, last op seq) of each launch not yet known to have completed.
     launches: list[tuple[Stream, int]] = field(default_factory=list)
+    # The graph it was instantiated from, and where each of that graph's nodes is in ``steps``
+    # (first, end): the per-node updates and cuGraphNodeSetEnabled find their steps with it.
+    origin: int = 0
+    where: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Positions in ``steps`` of disabled nodes (cuGraphNodeSetEnabled): they run as empty nodes.
+    disabled: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False, slots=True)
@@ -487,16 +493,20 @@ class SimGraphs(SimCore):
     ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddMemsetNode")
         deps = self._deps(graph, dependencies, numDependencies)
-        p = memsetParams
+        spec = self._memset_spec(memsetParams, "cuGraphAddMemsetNode")
+        return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_MEMSET, spec)
+
+    def _memset_spec(self, p: Any, call: str) -> MemsetSpec:
+        """The memset ``p`` describes, its memory checked (CUDA_ERROR_INVALID_VALUE otherwise)."""
         if p is None or int(p.elementSize) not in (1, 2, 4):
             raise Status(INVALID_VALUE)
         spec = MemsetSpec(h(p.dst), int(p.value), int(p.elementSize), int(p.width), max(1, int(p.height)), int(p.pitch))
         if spec.height > 1 and spec.pitch < spec.width * spec.element:
             raise Status(INVALID_VALUE)
         last = spec.dst + (spec.height - 1) * spec.pitch
-        self._graph_mem(spec.dst, 1, "cuGraphAddMemsetNode")
-        self._graph_mem(last, spec.width * spec.element, "cuGraphAddMemsetNode")
-        return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_MEMSET, spec)
+        self._graph_mem(spec.dst, 1, call)
+        self._graph_mem(last, spec.width * spec.element, call)
+        return spec
 
     def _graph_mem(self, addr: int, n: int, call: str) -> Alloc:
         """A device range a graph node will use (graph allocations may be unallocated now)."""
@@ -514,7 +524,11 @@ class SimGraphs(SimCore):
     ) -> tuple[Any, ...]:
         graph = self._graph(hGraph, "cuGraphAddMemcpyNode")
         deps = self._deps(graph, dependencies, numDependencies)
-        p = copyParams
+        spec = self._copy_spec(copyParams, "cuGraphAddMemcpyNode")
+        return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_MEMCPY, spec)
+
+    def _copy_spec(self, p: Any, call: str) -> CopySpec:
+        """The copy ``p`` describes, its device memory checked (CUDA_ERROR_INVALID_VALUE otherwise)."""
         if p is None:
             raise Status(INVALID_VALUE)
 
@@ -552,8 +566,8 @@ class SimGraphs(SimCore):
         for first, last in self._copy_extents(spec):
             for addr in (first, last):
                 if addr >= DEVICE_BASE:
-                    self._graph_mem(addr, 1, "cuGraphAddMemcpyNode")
-        return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_MEMCPY, spec)
+                    self._graph_mem(addr, 1, call)
+        return spec
 
     @staticmethod
     def _rows(spec: CopySpec) -> list[tuple[int, int]]:
@@ -824,12 +838,26 @@ class SimGraphs(SimCore):
             raise Status(INVALID_VALUE)
         return order
 
-    def _flatten(self, graph: Graph, steps: list[tuple[Any, Any]]) -> None:
+    def _flatten(
+        self, graph: Graph, steps: list[tuple[Any, Any]], where: dict[int, tuple[int, int]] | None = None
+    ) -> None:
+        """Append the steps of ``graph`` in topological order; ``where`` gets each node's (first, end) steps."""
         for node in self._order(graph):
+            first = len(steps)
             if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
                 self._flatten(node.spec, steps)
             else:
-                steps.append((node.type, node.spec))
+                steps.append(self._step(node))
+            if where is not None:
+                where[node.handle] = (first, len(steps))
+
+    def _step(self, node: Node) -> tuple[Any, Any]:
+        """The step a node (not a child graph) runs as."""
+        return (node.type, node.spec)
+
+    def _step_kernels(self, steps: list[tuple[Any, Any]]) -> list[Function]:
+        """The kernels ``steps`` may run (a launch checks that each has a stand-in first)."""
+        return [spec.fn for kind, spec in steps if kind == T.CU_GRAPH_NODE_TYPE_KERNEL]
 
     def _signature(self, graph: Graph) -> tuple[Any, ...]:
         """The topology an update must keep: node types and edges, child graphs' included (seen on an H200)."""
@@ -868,7 +896,8 @@ class SimGraphs(SimCore):
     def _instantiate(self, hGraph: Any, call: str) -> tuple[Any, ...]:
         graph = self._graph(hGraph, call)
         steps: list[tuple[Any, Any]] = []
-        self._flatten(graph, steps)
+        where: dict[int, tuple[int, int]] = {}
+        self._flatten(graph, steps, where)
         for kind, spec in steps:
             if kind in (T.CU_GRAPH_NODE_TYPE_EVENT_RECORD, T.CU_GRAPH_NODE_TYPE_WAIT_EVENT) and (
                 spec.destroyed or not spec.ctx.alive(spec.gen)
@@ -885,6 +914,8 @@ class SimGraphs(SimCore):
             self._retain_refs(self._all_refs(graph)),
             self._step_refs(steps),
             allocs,
+            origin=graph.handle,
+            where=where,
         )
         self._execs[ex.handle] = ex
         self._live_execs[ex.handle] = ex
@@ -959,11 +990,13 @@ class SimGraphs(SimCore):
         for alloc in ex.allocs:
             if not alloc.freed:
                 raise Status(INVALID_VALUE)  # its previous allocation was not freed
-        for kind, spec in ex.steps:
-            if kind == T.CU_GRAPH_NODE_TYPE_KERNEL:
-                self._require_stand_in(spec.fn)
-        for kind, spec in ex.steps:
-            self._launch_step(st, kind, spec)
+        for fn in self._step_kernels([s for i, s in enumerate(ex.steps) if i not in ex.disabled]):
+            self._require_stand_in(fn)
+        for i, (kind, spec) in enumerate(ex.steps):
+            if i in ex.disabled:
+                self._enqueue(st, "cuGraphLaunch", None)  # a disabled node runs as an empty node
+            else:
+                self._launch_step(st, kind, spec)
         ex.launches = self._in_flight(ex.launches)
         ex.launches.append((st, self._op_seq))
         return OK
