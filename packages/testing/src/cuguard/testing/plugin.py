@@ -15,7 +15,8 @@
   it) in its own ``filterwarnings`` turns this off.
 - Fixtures: ``cuguard_driver`` (the driver of the run, installed for the test),
   ``sim`` (always a fresh simulated driver, installed for the test),
-  ``cuguard_faults`` (fault plans that last until the end of the test).
+  ``cuguard_faults`` (fault plans that last until the end of the test),
+  ``no_memory_leaks`` (fails a test that leaves cuguard memory allocated).
 - ``@pytest.mark.contract("G1", ...)`` names the contract clauses a test proves;
   the end of the run prints which clauses were exercised, on which driver, and
   ``--cuguard-summary=FILE`` writes the same as JSON.
@@ -31,6 +32,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import sys
@@ -227,6 +229,33 @@ def cuguard_driver(request: pytest.FixtureRequest) -> Iterator[Any]:
             assert not created, f"driver objects left behind: {created}"
     finally:
         _faults._release(proxy)
+
+
+def _memory_keys() -> set[tuple[str, int, int, str]]:
+    # Imported at call time: the testing layer depends on cuguard.errors only (import-linter).
+    resources = importlib.import_module("cuguard.resources")
+    return {(r.kind, r.address, r.size, r.source) for r in resources.memory_in_use()}
+
+
+@pytest.fixture
+def no_memory_leaks() -> Iterator[None]:
+    """Fail the test if it leaves cuguard memory allocated (``cuguard.resources.memory_in_use``).
+
+    Memory held before the test is not counted. After the test, garbage is
+    collected (so dropped buffers are freed, and reported if their release
+    fails) and every buffer still holding memory that the test allocated is
+    listed in the failure: something still references it (a cache, a
+    global, a closure). Use it with ``@pytest.mark.usefixtures("no_memory_leaks")``
+    or as a test argument; it works on either driver.
+    """
+    before = _memory_keys()
+    yield
+    resources = importlib.import_module("cuguard.resources")
+    report = resources.memory_in_use()
+    left = [r for r in report if (r.kind, r.address, r.size, r.source) not in before]
+    if left:
+        listing = "\n".join(f"  {record}" for record in left)
+        pytest.fail(f"the test left {sum(r.size for r in left)} bytes of cuguard memory allocated:\n{listing}")
 
 
 @pytest.fixture

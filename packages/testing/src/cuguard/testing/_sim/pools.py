@@ -35,6 +35,8 @@ import mmap
 import os
 import struct
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -492,6 +494,24 @@ class SimPools(SimCore):
         return (SUCCESS, cb.CUdeviceptr(alloc.base))
 
     # --- IPC events ------------------------------------------------------------------------------
+
+    @contextmanager
+    def as_other_process(self) -> Iterator[None]:
+        """IPC event handles exported inside the block look as if another process exported them.
+
+        For tests in one process: an event exported inside the block can be
+        opened with ``cuIpcOpenEventHandle`` after it, as if it came from
+        another process (which the driver refuses for its own events).
+        """
+        with self._lock:
+            saved = self._process_tag
+            self._process_tag = -1 - saved
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._process_tag = saved
+
 
     @api(1)
     def cuIpcGetEventHandle(self, event: Any) -> tuple[Any, ...]:

@@ -890,6 +890,7 @@ def _build() -> list[Scenario]:
     from cuguard.testing._sweep import registry_memory
 
     out.extend(registry_memory.vmm_scenarios())
+    out.extend(registry_memory.pool_scenarios())
     return out
 
 

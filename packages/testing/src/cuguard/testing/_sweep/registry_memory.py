@@ -294,6 +294,7 @@ def with_ipc_pool(env: Env) -> SimpleNamespace:
     s = with_stream(env)
     s.mr = env.own(env.resources.DeviceMemoryResource(s.dev, _options(env, ipc_enabled=True)))
     s.buf = env.own(s.mr.allocate(SIZE, s.stream))
+    s.host = bytearray(SIZE)
     s.stream.sync()
     return s
 
@@ -499,7 +500,6 @@ def pool_scenarios() -> list[Scenario]:
         lambda e, s: s.buf.close(),
         covers=(B + "close",),
         releases=True,
-        state=_pool_state,
         **pk,
     )
     add(

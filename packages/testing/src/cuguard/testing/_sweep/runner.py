@@ -504,6 +504,7 @@ _RELEASE_CALLS = frozenset(
         "cuMemUnmap",
         "cuMemRelease",
         "cuMemAddressFree",
+        "cuMemPoolDestroy",
     }
 )
 
