@@ -21,8 +21,8 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, add_failure_note, driver, raise_status, wrong_kind
 from cuguard.resources._memory import Buffer
-from cuguard.resources._memres import MemoryResource
-from cuguard.resources._stream import Stream, as_stream, driver_types
+from cuguard.resources._memres import MemoryResource, stream_argument
+from cuguard.resources._stream import Stream, driver_types
 
 __all__ = ["VirtualMemoryResource", "VirtualMemoryResourceOptions"]
 
@@ -224,11 +224,12 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
     :class:`~cuguard.errors.CUDAError`; wrong kinds raise ``TypeError`` (E3).
 
     Each buffer is an address range of its own with physical memory mapped
-    into it, sizes rounded up to the granularity (``buffer.size`` is the size
-    asked for). :meth:`modify_allocation` grows a buffer, in place when the
-    addresses after it are free, otherwise at a new address (the old address
-    stays mapped to the same memory until the buffer is released, so nothing
-    that still uses it dangles). Memory is not stream-ordered: a buffer is
+    into it, sizes rounded up to the granularity (``buffer.size``, and so
+    :attr:`held`, count the bytes asked for). :meth:`modify_allocation` grows
+    a buffer, in place when the addresses after it are free, otherwise at a
+    new address (each former address stays mapped to the same memory until
+    the buffer is released, so nothing that still uses it dangles). Growing
+    one buffer from several threads at once is not supported. Memory is not stream-ordered: a buffer is
     released after its context is synchronized. The memory is accessible
     from the device and from ``options.peers``, not from the host.
     """
@@ -318,8 +319,7 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         (``TypeError``/``ValueError`` before the driver is asked).
         """
         size = _positive_size(size, "size")
-        if stream is not None and type(stream) is not Stream:
-            stream = as_stream(stream, "stream")
+        stream = stream_argument(stream)
         context = self._dev.context
         layout = call_in(context, self._build, _undo_layout, self._round(size))
         buffer = Buffer._made(driver_types().CUdeviceptr(layout.ranges[0][0]), context, self._dev.ordinal, size)
