@@ -185,3 +185,16 @@ def test_a_failed_release_on_collection_warns_and_counts_the_leak(device: Device
         gc.collect()
     assert mr.held == 0
     assert mr.leaked == 128
+
+
+@pytest.mark.contract("O1")
+def test_memory_resources_refuse_copies(device: Device) -> None:
+    import copy
+    import pickle
+
+    from cuguard.resources import VirtualMemoryResource
+
+    for mr in (ManagedMemoryResource(device), LegacyPinnedMemoryResource(device), VirtualMemoryResource(device)):
+        for attempt in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match=type(mr).__name__):
+                attempt(mr)

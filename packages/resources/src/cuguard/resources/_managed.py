@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from cuguard.context import call_in
-from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.errors import Unique, driver, raise_status, wrong_kind
 from cuguard.resources import _compat
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
-from cuguard.resources._memres import MemoryResource
+from cuguard.resources._memres import MemoryResource, stream_argument
 from cuguard.resources._stream import Stream, as_stream, driver_types
 
 __all__ = ["LegacyPinnedMemoryResource", "ManagedMemoryResource"]
@@ -95,7 +95,7 @@ def _advise(ptr: Any, size: int, advice: Any, location: Any) -> None:
         raise_status(err, _compat.ADVISE_CALL)
 
 
-class ManagedMemoryResource(MemoryResource[Buffer]):
+class ManagedMemoryResource(MemoryResource[Buffer], Unique):
     """Managed (unified) memory of ``cuMemAllocManaged``, usable from the host and the devices.
 
     ``ManagedMemoryResource(device, *, attach="global")``: ``device`` (a
@@ -105,7 +105,8 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
     ``TypeError``, other values ``ValueError``, before any driver call.
     Buffers are :class:`~cuguard.resources.Buffer` objects freed with
     ``cuMemFree`` (which waits for the work that uses them); memory is not
-    stream-ordered.
+    stream-ordered. The resource frees its buffers, so it cannot be copied
+    or pickled (O1).
     """
 
     def __init__(self, device: Any, *, attach: str = "global") -> None:
@@ -140,8 +141,7 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         above 0.
         """
         size = _size(size)
-        if stream is not None and type(stream) is not Stream:
-            stream = as_stream(stream, "stream")
+        stream = stream_argument(stream)
         context = self._dev.context
         ptr = call_in(context, _alloc_managed, _free, size, self._flags)
         return self._adopt(Buffer._made(ptr, context, self._dev.ordinal, size))
@@ -153,7 +153,7 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         if not isinstance(buffer, Buffer):
             raise wrong_kind("buffer", "a Buffer", buffer)
         if buffer._mr is not self:
-            raise ValueError(f"{buffer!r} was not allocated by {self!r}: only its managed memory can be prefetched")
+            raise ValueError(f"{buffer!r} was not allocated by {self!r}: only its own managed memory is accepted")
         if buffer._closed or buffer._context._closed:
             buffer._check_open()
         return buffer
@@ -169,10 +169,12 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         closed buffer or stream ``ResourceClosedError``, before the driver is
         asked.
         """
-        buf = self._own(buffer)
-        loc = _location(location)
         if type(stream) is not Stream:
             stream = as_stream(stream, "stream")
+        buf = self._own(buffer)
+        loc = _location(location)
+        if stream._closed or stream._context._closed:
+            stream._check_open()
         err = _compat.mem_prefetch_async(buf.handle, buf._size, loc, stream.handle)
         if err:
             raise_status(err, _compat.PREFETCH_CALL)
@@ -205,7 +207,7 @@ _HOST_ALLOC_PORTABLE = 0x1
 _HOST_ALLOC_WRITECOMBINED = 0x4
 
 
-class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
+class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer], Unique):
     """Page-locked host memory of ``cuMemHostAlloc``, through the memory-resource interface.
 
     ``LegacyPinnedMemoryResource(device=None, *, portable=False,
@@ -215,7 +217,8 @@ class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
     context (``CU_MEMHOSTALLOC_PORTABLE``), ``write_combined`` asks for
     write-combined memory (fast to copy to a device, slow to read on the
     host). Buffers are :class:`~cuguard.resources.PinnedBuffer` objects freed
-    with ``cuMemFreeHost``; the memory is not stream-ordered.
+    with ``cuMemFreeHost``; the memory is not stream-ordered. The resource
+    cannot be copied or pickled (O1).
     """
 
     def __init__(self, device: Any = None, *, portable: bool = False, write_combined: bool = False) -> None:
@@ -252,8 +255,7 @@ class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
         (E3). ``size`` must be an int above 0.
         """
         size = _size(size)
-        if stream is not None and type(stream) is not Stream:
-            stream = as_stream(stream, "stream")
+        stream = stream_argument(stream)
         context = self._dev.context
         address = call_in(context, _host_alloc, _host_free, size, self._flags)
         return self._adopt(PinnedBuffer._made(address, context, size))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import CUDAError, add_failure_note, driver, raise_status, wrong_kind
+from cuguard.errors import CUDAError, Unique, add_failure_note, driver, raise_status, wrong_kind
 from cuguard.resources._memory import Buffer
 from cuguard.resources._memres import MemoryResource, stream_argument
 from cuguard.resources._stream import Stream, driver_types
@@ -214,7 +214,7 @@ class _Growth:
         self.maps: list[tuple[int, int]] = []
 
 
-class VirtualMemoryResource(MemoryResource[Buffer]):
+class VirtualMemoryResource(MemoryResource[Buffer], Unique):
     """Device memory through the CUDA virtual memory management API: buffers that can grow.
 
     ``VirtualMemoryResource(device, options=None)``: ``device`` is a
@@ -231,7 +231,8 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
     the buffer is released, so nothing that still uses it dangles). Growing
     one buffer from several threads at once is not supported. Memory is not stream-ordered: a buffer is
     released after its context is synchronized. The memory is accessible
-    from the device and from ``options.peers``, not from the host.
+    from the device and from ``options.peers``, not from the host. The
+    resource frees its buffers, so it cannot be copied or pickled (O1).
     """
 
     def __init__(self, device: Any, options: VirtualMemoryResourceOptions | None = None) -> None:
