@@ -10,6 +10,10 @@
   ``set_params``/``set_args`` change a kernel node; ``destroy``.
 - :class:`Graph`: an executable graph: ``launch``, ``upload``, ``update``
   (refusals raise :class:`GraphUpdateError` saying why), ``close``.
+- :class:`GraphBuilder`: stream capture (``begin_building``, ``end_building``,
+  ``complete``, ``split``, ``join``, ``embed``, ``callback``, ``launch``); the
+  builder is a stream while it builds. :func:`exchange_capture_mode` and
+  :func:`capture_mode` set the calling thread's capture mode.
 - :func:`flush_deferred`: wait for the deferred release of what graphs kept alive.
 
 Every multi-step mutation is all-or-nothing (contract B4, G3); nodes keep what
@@ -18,6 +22,10 @@ they use alive until CUDA has dropped every graph that may use it (G5, W5).
 
 from __future__ import annotations
 
+from cuguard.graphs._capture import CAPTURE_MODES as CAPTURE_MODES
+from cuguard.graphs._capture import GraphBuilder as GraphBuilder
+from cuguard.graphs._capture import capture_mode as capture_mode
+from cuguard.graphs._capture import exchange_capture_mode as exchange_capture_mode
 from cuguard.graphs._definition import GraphDefinition as GraphDefinition
 from cuguard.graphs._executable import Graph as Graph
 from cuguard.graphs._executable import GraphUpdateError as GraphUpdateError
@@ -26,6 +34,18 @@ from cuguard.graphs._lifetime import pending_payloads as pending_payloads
 from cuguard.graphs._nodes import EdgeView as EdgeView
 from cuguard.graphs._nodes import Node as Node
 
-__all__ = ["EdgeView", "Graph", "GraphDefinition", "GraphUpdateError", "Node", "flush_deferred", "pending_payloads"]
+__all__ = [
+    "CAPTURE_MODES",
+    "EdgeView",
+    "Graph",
+    "GraphBuilder",
+    "GraphDefinition",
+    "GraphUpdateError",
+    "Node",
+    "capture_mode",
+    "exchange_capture_mode",
+    "flush_deferred",
+    "pending_payloads",
+]
 
 __version__ = "0.1.0"

@@ -164,6 +164,7 @@ _LEDGER: dict[str, tuple[str, bool, int, int]] = {
     "cuLibraryLoadData": ("library", True, 1, 1),
     "cuGraphCreate": ("graph", True, 1, 1),
     "cuGraphClone": ("graph", True, 1, 1),
+    "cuStreamEndCapture": ("graph", True, 1, 1),  # (not cuStreamBeginCaptureToGraph's, which the caller made)
     "cuGraphInstantiate": ("graph_exec", True, 1, 1),
     "cuGraphInstantiateWithFlags": ("graph_exec", True, 1, 1),
     "cuMemAddressReserve": ("address_range", True, 1, 1),

@@ -1,0 +1,668 @@
+"""Stream capture: :class:`GraphBuilder` records the work queued on a stream as a graph definition.
+
+A builder wraps a :class:`~cuguard.resources.Stream`. Between
+:meth:`GraphBuilder.begin_building` and :meth:`GraphBuilder.end_building` the
+driver turns the work queued on that stream (and on the builder's forks) into
+graph nodes instead of running it; :meth:`GraphBuilder.end_building` adopts
+the captured graph as a :class:`~cuguard.graphs.GraphDefinition` that keeps
+what the builder's own operations used alive (G5, W5).
+
+Failure rules: a capture that the driver ended without a graph (invalidated,
+or a fork left unjoined) leaves nothing behind; a graph the driver returned
+beside an error is destroyed once; the fork streams the builder made are
+destroyed once the capture has ended, whatever happened to their joins; the
+wrapped stream is never closed and is usable again once the capture ended.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+from cuguard.context import Context, call_in, init_driver
+from cuguard.errors import (
+    CUDAError,
+    ResourceClosedError,
+    add_failure_note,
+    driver,
+    driver_token,
+    format_handle,
+    raise_status,
+    report,
+    report_error,
+    wrong_kind,
+)
+from cuguard.graphs import _lifetime
+from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
+from cuguard.graphs._definition import GraphDefinition
+from cuguard.graphs._executable import Graph
+from cuguard.resources import Buffer, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, launch
+
+__all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mode"]
+
+#: The capture modes, as ``CUstreamCaptureMode`` values.
+CAPTURE_MODES: Final[dict[str, int]] = {"global": 0, "thread_local": 1, "relaxed": 2}
+_MODE_NAMES: Final[dict[int, str]] = {v: k for k, v in CAPTURE_MODES.items()}
+_STATUS_NAMES: Final[dict[int, str]] = {0: "none", 1: "active", 2: "invalidated"}
+_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
+_SET_DEPENDENCIES = 1  # CU_STREAM_SET_CAPTURE_DEPENDENCIES
+_INVALIDATED = 901  # CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+
+
+def _bindings_major() -> int:
+    import cuda.bindings
+
+    return int(str(cuda.bindings.__version__).split(".")[0])
+
+
+_EDGE_DATA: Final[bool] = _bindings_major() >= 13
+
+
+def _mode_value(mode: object, param: str = "mode") -> int:
+    if not isinstance(mode, str):
+        raise wrong_kind(param, "one of 'global', 'thread_local', 'relaxed'", mode)
+    value = CAPTURE_MODES.get(mode)
+    if value is None:
+        raise ValueError(f"{param} must be one of 'global', 'thread_local', 'relaxed', not {mode!r}")
+    return value
+
+
+def exchange_capture_mode(mode: str) -> str:
+    """Set the calling thread's capture mode (``cuThreadExchangeStreamCaptureMode``); return the previous one.
+
+    The thread's mode decides whether a capture in progress prohibits this
+    thread's potentially unsafe calls (allocations, synchronous copies,
+    context synchronization): ``"global"`` (the default) is prohibited by its
+    own captures and by other threads' global-mode captures,
+    ``"thread_local"`` only by its own, ``"relaxed"`` never. A prohibited
+    call fails with ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates
+    the capture. A mode that is not one of the three raises ``ValueError``
+    (a non-str ``TypeError``) before the driver; a refusal raises
+    :class:`~cuguard.errors.CUDAError` with the mode unchanged.
+    """
+    value = _mode_value(mode)
+    init_driver()
+    err, old = driver.cuThreadExchangeStreamCaptureMode(_types().CUstreamCaptureMode(value))
+    if err:
+        raise_status(err, "cuThreadExchangeStreamCaptureMode")
+    return _MODE_NAMES.get(int(old), "global")
+
+
+@contextmanager
+def capture_mode(mode: str) -> Iterator[str]:
+    """Run the block with the calling thread's capture mode set to ``mode``; restore the previous mode after.
+
+    Yields the previous mode. Raises as :func:`exchange_capture_mode`; a failure
+    to restore is raised when the block succeeded and attached as a note to the
+    block's exception otherwise (G4).
+    """
+    previous = exchange_capture_mode(mode)
+    try:
+        yield previous
+    except BaseException as exc:
+        try:
+            exchange_capture_mode(previous)
+        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
+            add_failure_note(exc, failure)
+        raise
+    exchange_capture_mode(previous)
+
+
+def _end_capture(handle: Any) -> tuple[Any, Any]:
+    """``cuStreamEndCapture``; a graph the driver returned beside an error is destroyed (once)."""
+    err, graph = driver.cuStreamEndCapture(handle)
+    if err and graph is not None and int(graph):
+        (destroy_err,) = driver.cuGraphDestroy(graph)
+        if destroy_err:
+            report(destroy_err, "cuGraphDestroy", graph, "the graph of a failed capture was leaked")
+    return err, graph
+
+
+def _abandon_capture(handle: Any) -> tuple[Any, str]:
+    """End a capture nobody will use and destroy its graph; ``(status, call)`` of the first failure (status 0: none)."""
+    err, graph = _end_capture(handle)
+    if err:
+        # an invalidated capture has no graph left: nothing failed that matters here
+        return (0 if int(err) == _INVALIDATED else err), "cuStreamEndCapture"
+    (err,) = driver.cuGraphDestroy(graph)
+    return err, "cuGraphDestroy"
+
+
+class GraphBuilder(_Collected):
+    """Builds a graph definition by capturing the work queued on a stream (cuda.core's ``GraphBuilder``).
+
+    ``GraphBuilder(stream)`` wraps ``stream`` (a :class:`~cuguard.resources.Stream`;
+    never closed by the builder) and starts nothing: call :meth:`begin_building`
+    (it returns the builder, so ``GraphBuilder(s).begin_building()`` reads as
+    cuda.core's ``stream.create_graph_builder().begin_building()``). While
+    building, the builder is itself a stream (``__cuda_stream__``): pass it to
+    :func:`~cuguard.resources.launch`, to copies and fills, to anything that
+    takes a stream; that work becomes nodes. :meth:`launch` and
+    :meth:`callback` queue work the definition keeps alive; what other calls
+    queue through the builder is captured but not kept alive by cuguard (pass
+    those objects to :meth:`keep`). :meth:`split` forks the capture onto new
+    streams, :meth:`join` joins forks back, :meth:`embed` adds a child graph.
+    :meth:`end_building` ends the capture and makes :attr:`definition`;
+    :meth:`complete` instantiates it.
+
+    A builder is not thread-safe: use it from one thread at a time (with the
+    ``"relaxed"`` mode another thread may end the capture). :meth:`close` (or
+    ``with``, or garbage collection) ends a capture still in progress,
+    destroys its graph, closes the forks' streams and the definition.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_building",
+        "_closed",
+        "_context",
+        "_definition",
+        "_driver",
+        "_events",
+        "_forks",
+        "_joined",
+        "_mode",
+        "_owners",
+        "_root",
+        "_stream",
+    )
+
+    _stream: Stream
+    _context: Context
+    _driver: Any
+    _closed: bool
+    _building: bool
+    _mode: str
+    _root: GraphBuilder | None  # the builder that began the capture, for a fork; None for a root
+    # A root's forks (weakly: a fork refers to its root, and no cycle may let a fork's stream be
+    # collected before the root has ended the capture) with their streams, in the order made.
+    _forks: list[tuple[weakref.ref[GraphBuilder], Stream]]
+    _events: list[Event]  # a root's fork and join events, destroyed with the forks
+    _joined: bool
+    _owners: dict[int, object]
+    _definition: GraphDefinition | None
+
+    def __init__(self, stream: Stream, *, mode: str = "global") -> None:
+        if not isinstance(stream, Stream):
+            raise wrong_kind("stream", "a Stream", stream)
+        _mode_value(mode)
+        stream._check_open()
+        self._setup(stream, mode, None)
+
+    def _setup(self, stream: Stream, mode: str, root: GraphBuilder | None) -> None:
+        self._stream = stream
+        self._context = stream._context
+        self._driver = driver_token()
+        self._mode = mode
+        self._root = root
+        self._forks = []
+        self._events = []
+        self._joined = False
+        self._owners = {}
+        self._definition = None
+        self._building = root is not None
+        self._closed = False
+
+    # --- state ---
+
+    @property
+    def stream(self) -> Stream:
+        """The stream this builder captures on (a fork's own stream for a fork)."""
+        return self._stream
+
+    @property
+    def mode(self) -> str:
+        """The capture mode the next :meth:`begin_building` uses (``"global"``, ``"thread_local"``, ``"relaxed"``)."""
+        return self._mode
+
+    @property
+    def is_building(self) -> bool:
+        """Whether a capture begun by this builder (or, for a fork, its root) is in progress."""
+        root = self._root
+        if root is not None:
+            return root._building and not self._joined
+        return self._building
+
+    @property
+    def status(self) -> str:
+        """The stream's capture status from the driver (``cuStreamIsCapturing``): none, active or invalidated."""
+        self._check_open()
+        err, status = driver.cuStreamIsCapturing(self._stream.handle)
+        if err:
+            raise_status(err, "cuStreamIsCapturing")
+        return _STATUS_NAMES.get(int(status), f"status{int(status)}")
+
+    @property
+    def definition(self) -> GraphDefinition:
+        """The definition the last :meth:`end_building` made; ``RuntimeError`` before one exists.
+
+        The builder owns it: the next successful :meth:`end_building` closes it and
+        makes a new one, and :meth:`close` closes it (executable graphs made from it
+        are unaffected).
+        """
+        self._check_open()
+        if self._definition is None:
+            raise RuntimeError(f"{self!r} has no graph definition yet: call end_building() first")
+        return self._definition
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the builder was collected)."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ResourceClosedError(f"{self!r} is closed")
+        if self._driver is not driver_token():
+            raise ResourceClosedError(_UNINSTALLED.format(self))
+
+    def _check_capturing(self, action: str) -> None:
+        self._check_open()
+        if not self.is_building:
+            what = "its join ended its part" if self._joined else "no capture is in progress"
+            raise RuntimeError(f"{self!r} cannot {action}: {what}")
+        self._stream._check_open()
+
+    def __repr__(self) -> str:
+        kind = "fork" if self._root is not None else "builder"
+        state = " closed" if self._closed else (" building" if self.is_building else "")
+        stream = getattr(self, "_stream", None)
+        handle = format_handle(int(stream._handle)) if stream is not None else "?"
+        return f"<GraphBuilder {kind} on stream {handle}{state}>"
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol: the captured stream, ``(0, handle address)``."""
+        return (0, int(self._stream.handle))
+
+    # --- begin and end ---
+
+    def begin_building(self, mode: str | None = None) -> GraphBuilder:
+        """Begin capturing on the stream (``cuStreamBeginCapture``); return the builder.
+
+        ``mode`` (default: the builder's) becomes the builder's mode. Raises
+        ``RuntimeError`` for a fork or while building, ``ValueError``/``TypeError``
+        for a bad mode, before the driver; :class:`~cuguard.errors.CUDAError` if
+        the driver refuses (a stream already capturing is
+        ``CUDA_ERROR_ILLEGAL_STATE``): nothing begins then. The definition of an
+        earlier capture stays until this capture ends.
+        """
+        self._check_open()
+        if self._root is not None:
+            raise RuntimeError(f"{self!r} is a fork: only the builder that began the capture begins one")
+        if self._building:
+            raise RuntimeError(f"{self!r} is building already: call end_building() first")
+        value = _mode_value(mode if mode is not None else self._mode)
+        handle = self._stream.handle
+        (err,) = driver.cuStreamBeginCapture(handle, _types().CUstreamCaptureMode(value))
+        if err:
+            raise_status(err, "cuStreamBeginCapture")
+        if mode is not None:
+            self._mode = mode
+        self._owners = {}
+        self._building = True
+        return self
+
+    def end_building(self) -> GraphBuilder:
+        """End the capture (``cuStreamEndCapture``) and adopt its graph as :attr:`definition`; return the builder.
+
+        The definition keeps what :meth:`launch`, :meth:`callback`, :meth:`embed`
+        and :meth:`keep` gave it alive. The forks' streams are closed once the
+        capture has ended.
+
+        On failure :class:`~cuguard.errors.CUDAError` is raised and the previous
+        definition stays. When the driver ended the capture anyway (it was
+        invalidated: ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``; a fork was not
+        joined: ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``) nothing is left behind (a
+        graph returned beside the error is destroyed), the builder is no longer
+        building and the stream is usable. Otherwise (for example
+        ``CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`` from another thread in a mode
+        that is not relaxed) the capture goes on and the builder is still
+        building. Raises ``RuntimeError`` for a fork or when not building.
+        """
+        self._check_open()
+        if self._root is not None:
+            raise RuntimeError(f"{self!r} is a fork: end_building() belongs to the builder that began the capture")
+        if not self._building:
+            raise RuntimeError(f"{self!r} is not building: call begin_building() first")
+        handle = self._stream.handle
+        err, graph = _end_capture(handle)
+        if err:
+            try:
+                raise_status(err, "cuStreamEndCapture")
+            except CUDAError as exc:
+                if self._capture_ended(exc):
+                    self._finish(exc)
+                raise
+        owners = self._owners
+        self._owners = {}
+        self._building = False
+        try:
+            definition = GraphDefinition._adopt(graph, self._context, owners, 0)
+        except BaseException as exc:  # _adopt destroyed the graph (G1)
+            self._finish(exc)
+            raise
+        self._finish(None)
+        previous, self._definition = self._definition, definition
+        if previous is not None:
+            _close_into(previous, None)
+        return self
+
+    def _capture_ended(self, exc: BaseException) -> bool:
+        """Whether the stream no longer captures after a failed end (asked from the driver; unknown means ongoing)."""
+        try:
+            err, status = driver.cuStreamIsCapturing(self._stream.handle)
+        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
+            add_failure_note(exc, failure)
+            return False
+        if err:
+            add_failure_note(exc, err, "cuStreamIsCapturing", self._stream.handle)
+            return False
+        return int(status) == 0
+
+    def _finish(self, exc: BaseException | None) -> None:
+        """The capture has ended: close the forks' streams and the fork and join events (failures: notes, warnings)."""
+        self._building = False
+        self._owners = {}
+        forks, events = self._forks, self._events
+        self._forks, self._events = [], []
+        for ref, stream in forks:
+            fork = ref()
+            if fork is not None:
+                fork._joined = True
+            _close_into(stream, exc)
+        for event in events:
+            _close_into(event, exc)
+
+    def complete(self) -> Graph:
+        """An executable :class:`~cuguard.graphs.Graph` of :attr:`definition` (see ``GraphDefinition.instantiate``).
+
+        Ends the capture first when it is still in progress (as :meth:`end_building`).
+        Raises as those two do; creates nothing when it raises (G1).
+        """
+        self._check_open()
+        if self._root is not None:
+            raise RuntimeError(f"{self!r} is a fork: complete() belongs to the builder that began the capture")
+        if self._building:
+            self.end_building()
+        return self.definition.instantiate()
+
+    # --- work the definition keeps alive ---
+
+    def keep(self, *objects: object) -> None:
+        """Keep ``objects`` alive as long as any graph made from this capture may use them (W5).
+
+        For what work queued through the builder as a plain stream uses (a
+        buffer copied with ``stream=builder``, say). Raises ``RuntimeError`` when
+        not building.
+        """
+        self._check_capturing("keep objects")
+        owners = self._root_builder()._owners
+        for obj in objects:
+            owners.setdefault(id(obj), obj)
+
+    def _root_builder(self) -> GraphBuilder:
+        return self._root if self._root is not None else self
+
+    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+        """Capture a launch of ``kernel`` (see :func:`~cuguard.resources.launch`); keep it and its buffers alive.
+
+        Raises as :func:`~cuguard.resources.launch` does (nothing is captured
+        then) and ``RuntimeError`` when not building.
+        """
+        self._check_capturing("launch")
+        if not isinstance(kernel, Kernel):
+            raise wrong_kind("kernel", "a Kernel", kernel)
+        launch(self._stream, config, kernel, *args)
+        owners: list[object] = [kernel, kernel.module]
+        owners.extend(arg for arg in args if isinstance(arg, Buffer | PinnedBuffer))
+        self._retain(owners)
+
+    def _retain(self, owners: list[object]) -> None:
+        table = self._root_builder()._owners
+        for owner in owners:
+            table.setdefault(id(owner), owner)
+            if type(owner) is Buffer or type(owner) is PinnedBuffer:
+                owner._graph_used = True  # its close() now asks whether a graph still uses it (W5)
+
+    def callback(self, fn: Callable[[], object]) -> None:
+        """Capture a host node calling ``fn()`` (``cuLaunchHostFunc``); ``fn`` lives as long as a graph may call it.
+
+        An exception raised by ``fn`` goes to ``sys.unraisablehook`` and the
+        graph carries on (W6); ``fn`` must not call CUDA. Raises ``TypeError``
+        for a non-callable and ``RuntimeError`` when not building, before the
+        driver; :class:`~cuguard.errors.CUDAError` if the driver refuses
+        (nothing is captured then).
+        """
+        if not callable(fn):
+            raise TypeError(f"a host callback must be callable, not {type(fn).__name__}")
+        self._check_capturing("capture a callback")
+        entry = _lifetime.HostCallback(fn)
+        types = _types()
+        (err,) = driver.cuLaunchHostFunc(
+            self._stream.handle, types.CUhostFn(_lifetime.host_thunk_address()), entry.token
+        )
+        if err:
+            raise_status(err, "cuLaunchHostFunc")
+        self._retain([entry])
+
+    def embed(self, child: GraphBuilder | GraphDefinition) -> None:
+        """Capture a child graph node running a copy of ``child`` (a definition, or a builder's :attr:`definition`).
+
+        The node follows the work captured so far on this builder's stream and the
+        work captured next follows it. Everything the child's nodes use is kept
+        alive. Steps: ``cuStreamGetCaptureInfo``, ``cuGraphAddChildGraphNode``,
+        ``cuStreamUpdateCaptureDependencies``; when the last fails, the node is
+        destroyed again (G1; a failed destroy is a note). Raises ``TypeError`` for
+        another kind of ``child``, ``RuntimeError`` when not building, before the
+        driver; :class:`~cuguard.errors.CUDAError` if the driver refuses.
+        """
+        if isinstance(child, GraphBuilder):
+            definition = child.definition
+        elif isinstance(child, GraphDefinition):
+            definition = child
+        else:
+            raise wrong_kind("child", "a GraphBuilder or a GraphDefinition", child)
+        self._check_capturing("embed a child graph")
+        child_handle = definition.handle
+        definition._check_no_memory_nodes("be embedded as a child graph")
+        _check_owners(definition, definition._owners, "embedded")
+        stream = self._stream.handle
+        info = driver.cuStreamGetCaptureInfo(stream)
+        err = info[0]
+        if err:
+            raise_status(err, "cuStreamGetCaptureInfo")
+        if int(info[1]) != 1:
+            raise CUDAError(_types().CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo")
+        graph, deps, count = info[3], list(info[4] or []), int(info[-1])
+        err, node = driver.cuGraphAddChildGraphNode(graph, deps[:count], count, child_handle)
+        if err:
+            raise_status(err, "cuGraphAddChildGraphNode")
+        if _EDGE_DATA:
+            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], None, 1, _SET_DEPENDENCIES)
+        else:
+            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], 1, _SET_DEPENDENCIES)
+        if err:
+            exc = CUDAError(err, "cuStreamUpdateCaptureDependencies")
+            (undo,) = driver.cuGraphDestroyNode(node)
+            if undo:
+                add_failure_note(exc, undo, "cuGraphDestroyNode", node)
+            raise exc
+        self._retain(list(definition._owners.values()))
+
+    # --- forks ---
+
+    def split(self, count: int) -> tuple[GraphBuilder, ...]:
+        """Fork the capture: ``(self, fork, ...)``, ``count`` builders in all, each following the work so far.
+
+        Each fork captures on a new non-blocking stream of this builder's
+        context that waits for an event recorded here (``cuEventCreate``,
+        ``cuEventRecord``, ``cuStreamCreate``, ``cuStreamWaitEvent`` per fork).
+        Join the forks back with :meth:`join` before :meth:`end_building`
+        (otherwise it fails with ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``). The fork
+        streams are closed when the capture ends.
+
+        Raises ``TypeError``/``ValueError`` for a count that is not an int of 1
+        or more and ``RuntimeError`` when not building, before the driver; on a
+        driver refusal :class:`~cuguard.errors.CUDAError`: no fork is returned,
+        the forks already made take no further part (their streams have no work
+        after the fork point, so the capture can still end) and are closed with
+        the capture.
+        """
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise wrong_kind("count", "an int", count)
+        if count < 1:
+            raise ValueError(f"count must be 1 or more, not {count}")
+        self._check_capturing("split")
+        root = self._root_builder()
+        made: list[GraphBuilder] = [self]
+        for _ in range(count - 1):
+            made.append(self._fork(root))
+        return tuple(made)
+
+    def _fork(self, root: GraphBuilder) -> GraphBuilder:
+        context = self._context
+        event = Event._create(context, self._stream._device, timing=False)
+        root._events.append(event)  # closed with the capture, also when a later step fails
+        event.record(self._stream)
+        handle = call_in(context, _create_stream, _destroy_stream)
+        stream = Stream._make(handle, context, self._stream._device)
+        fork = object.__new__(GraphBuilder)
+        fork._setup(stream, self._mode, root)
+        fork._joined = True  # takes no part until its wait succeeds
+        root._forks.append((weakref.ref(fork), stream))  # its stream is closed with the capture
+        (err,) = driver.cuStreamWaitEvent(handle, event._handle, 0)
+        if err:
+            raise_status(err, "cuStreamWaitEvent")
+        fork._joined = False
+        return fork
+
+    def join(self, *forks: GraphBuilder) -> GraphBuilder:
+        """Make this builder's next work wait for everything ``forks`` captured; return this builder.
+
+        One ``cuEventCreate``/``cuEventRecord``/``cuStreamWaitEvent`` per fork,
+        in order. A joined fork takes no further part (its use raises
+        ``RuntimeError``); its stream is closed when the capture ends. Not
+        all-or-nothing: when a join fails, :class:`~cuguard.errors.CUDAError` is
+        raised, the forks before it are joined and it and those after are not
+        (they stay usable: join them again, or end the capture, which fails with
+        ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED`` when they captured work, and closes
+        them). Raises ``TypeError`` for something that is not a fork of this
+        capture, ``ValueError`` for this builder itself, a fork given twice or one
+        joined already, before the driver.
+        """
+        self._check_capturing("join")
+        root = self._root_builder()
+        seen: set[int] = set()
+        for fork in forks:
+            if not isinstance(fork, GraphBuilder):
+                raise wrong_kind("forks", "GraphBuilders", fork)
+            if fork is self:
+                raise ValueError(f"{self!r} cannot join itself")
+            if fork._root is not root or fork._closed:
+                raise ValueError(f"{fork!r} is not an open fork of this capture")
+            if fork._joined or id(fork) in seen:
+                raise ValueError(f"{fork!r} is joined already (or given twice)")
+            seen.add(id(fork))
+        for fork in forks:
+            event = Event._create(self._context, self._stream._device, timing=False)
+            root._events.append(event)
+            event.record(fork._stream)
+            (err,) = driver.cuStreamWaitEvent(self._stream.handle, event._handle, 0)
+            if err:
+                raise_status(err, "cuStreamWaitEvent")
+            fork._joined = True
+        return self
+
+    # --- release ---
+
+    def close(self) -> None:
+        """End a capture still in progress and destroy its graph, close the forks' streams and the definition.
+
+        Idempotent; the wrapped stream stays open. For a fork, only marks it
+        closed (its root closes its stream). A failure raises the first
+        :class:`~cuguard.errors.CUDAError` after everything else was released
+        (what failed is leaked); later failures are its notes.
+        """
+        if self._driver is not driver_token():
+            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
+        if self._closed:
+            return
+        self._closed = True
+        if self._root is not None:
+            return
+        first: BaseException | None = None
+        if self._building:
+            err, call = _abandon_capture(self._stream._handle)
+            if err:
+                try:
+                    raise_status(err, call)
+                except CUDAError as exc:
+                    first = exc
+        self._finish(first)
+        definition, self._definition = self._definition, None
+        if definition is not None:
+            try:
+                definition.close()
+            except CUDAError as exc:
+                if first is None:
+                    first = exc
+                else:
+                    add_failure_note(first, exc)
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> GraphBuilder:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
+            add_failure_note(exc, failure)
+
+    def _collect(self) -> None:
+        """End a collected builder's capture and release what it made; failures are warnings (W1)."""
+        if self._closed or self._root is not None:
+            self._closed = True
+            return
+        self._closed = True
+        try:
+            if self._building:
+                err, call = _abandon_capture(self._stream._handle)
+                if err:
+                    report(err, call, self._stream._handle, "the capture's graph was leaked")
+            self._finish(None)
+        except CUDAError as exc:
+            report_error(exc, self._stream._handle, "what the builder made was leaked")
+        self._definition = None  # collected by itself
+
+
+def _close_into(resource: Stream | Event | GraphDefinition, exc: BaseException | None) -> None:
+    """Close ``resource``; a failure is a note on ``exc``, or a warning when nothing propagates (W1)."""
+    try:
+        resource.close()
+    except CUDAError as failure:
+        if exc is not None:
+            add_failure_note(exc, failure)
+        else:
+            report_error(failure, resource._handle, "it was leaked")
+    except ResourceClosedError:
+        pass  # closed by its owner already, or of an uninstalled driver: nothing of it is released here
+
+
+def _create_stream() -> Any:
+    err, handle = driver.cuStreamCreate(_NON_BLOCKING)
+    if err:
+        raise_status(err, "cuStreamCreate")
+    return handle
+
+
+def _destroy_stream(handle: Any) -> None:
+    (err,) = driver.cuStreamDestroy(handle)
+    if err:
+        raise_status(err, "cuStreamDestroy")
