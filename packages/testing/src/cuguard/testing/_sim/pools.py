@@ -423,6 +423,8 @@ class SimPools(SimCore):
                 self._pool_gone(pool)
         imported = self._imported.pop(alloc.base, None)
         if imported is not None:
+            if alloc.ctx is not None:
+                self._used[alloc.ctx.device] += alloc.size  # its bytes were never this device's to give back
             imported.allocs.discard(alloc.base)
             if imported.destroyed and not imported.allocs:
                 self._pool_gone(imported)
