@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import ctypes
 import datetime
 import gc
 import io
@@ -109,6 +110,40 @@ class Operation:
 
 
 KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
+# Diagnostic variants, measured beside the others and listed under the table (they explain gaps):
+#   compiled_floor: cuguard-fastpath's compiled functions called straight from a Python function, no
+#                   cuguard object made or checked: what is left of a compiled call; cuguard_fast minus it
+#                   is the cost of cuguard's Python objects and checks.
+#   raw_user_object: the raw calls on a graph that holds a CUDA user object, as every instantiated cuguard
+#                   definition does (it keeps what the nodes use alive, W5): the driver's share of a gap.
+DIAGNOSTICS = ("compiled_floor", "raw_user_object")
+
+
+def _native() -> Any:
+    """``cuguard.fastpath._native`` when the fast path can be on (its entry points resolved), else ``None``.
+
+    Leaves the fast path off: the cuguard variants put it in their state before each batch.
+    """
+    fastpath = _fastpath()
+    if fastpath is None:
+        return None
+    can = fastpath.enable()
+    fastpath.disable()
+    if not can:
+        return None
+    from cuguard.fastpath import _native as native
+
+    return native
+
+
+def _floor(env: Env, builder: Callable[[Any], Variant]) -> Variant:
+    """The ``compiled_floor`` variant (``builder(native)``), or a null with the reason."""
+    if env.simulated:
+        return Variant(reason="the compiled functions call the real driver's entry points only")
+    native = _native()
+    if native is None:
+        return Variant(reason="cuguard-fastpath is not installed or is off")
+    return _build("compiled_floor", lambda: builder(native))
 
 
 def _fastpath() -> Any:
@@ -260,10 +295,23 @@ def op_stream(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def floor(native: Any) -> Variant:
+        create, destroy, ctx = native.stream_create, native.stream_destroy, env.ctx._int
+
+        def fn() -> None:
+            err, h = create(ctx, 0)
+            if err:
+                _fail(err, "stream_create")
+            if destroy(h):
+                _fail(err, "stream_destroy")
+
+        return Variant(fn)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -302,10 +350,23 @@ def op_event(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def floor(native: Any) -> Variant:
+        create, destroy, ctx = native.event_create, native.event_destroy, env.ctx._int
+
+        def fn() -> None:
+            err, h = create(ctx, 2)
+            if err:
+                _fail(err, "event_create")
+            if destroy(h):
+                _fail(err, "event_destroy")
+
+        return Variant(fn)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -361,10 +422,25 @@ def op_event_record_query(env: Env) -> Operation:
 
         return Variant(fn, after=env.csync, cleanup=e.close)
 
+    def floor(native: Any) -> Variant:
+        e = dev.create_event(timing=False)
+        events.append(e)
+        record, query, he, hs = native.event_record, native.event_query, e._handle, env.hstream
+
+        def fn() -> None:
+            if record(he, hs):
+                _fail("?", "event_record")
+            err = query(he)
+            if err and err != NOT_READY:
+                _fail(err, "event_query")
+
+        return Variant(fn, after=env.sync, cleanup=e.close)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -402,10 +478,23 @@ def op_alloc(env: Env) -> Operation:
 
         return Variant(fn, after=env.csync, note="cuda.core allocates from the device's memory pool")
 
+    def floor(native: Any) -> Variant:
+        alloc, free, hs = native.mem_alloc_async, native.mem_free_async, env.hstream
+
+        def fn() -> None:
+            err, p = alloc(256, hs)
+            if err:
+                _fail(err, "mem_alloc_async")
+            if free(p, hs):
+                _fail("?", "mem_free_async")
+
+        return Variant(fn, after=env.sync)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -520,10 +609,28 @@ def op_h2d(env: Env) -> Operation:
 
         return Variant(fn, after=env.csync, cleanup=cleanup)
 
+    def floor(native: Any) -> Variant:
+        buf = dev.allocate(4)
+        pinned = dev.allocate_pinned(4)
+        keep.extend((buf, pinned))
+        copy, dst, src, hs = native.memcpy_htod_async, buf._handle, pinned.address, env.hstream
+
+        def fn() -> None:
+            if copy(dst, src, 4, hs):
+                _fail("?", "memcpy_htod_async")
+
+        def cleanup() -> None:
+            env.sync()
+            buf.close()
+            pinned.close()
+
+        return Variant(fn, after=env.sync, cleanup=cleanup)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -698,8 +805,21 @@ def op_graph_launch(env: Env) -> Operation:
         f"instantiate a {GRAPH_NODES}-node chain, launch it, sync the stream, destroy the executable graph",
     )
 
-    def raw() -> Variant:
+    keep: list[Any] = []
+
+    def raw(user_object: bool = False) -> Variant:
         graph = _chain_raw(D)
+        if user_object:
+            # A user object moved into the graph, as cuguard's definition holds one once instantiated.
+            destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: None)
+            keep.append(destructor)
+            address = ctypes.cast(destructor, ctypes.c_void_p).value
+            err, obj = D.cuUserObjectCreate(0, D.CUhostFn(address), 1, 1)  # CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+            if err:
+                _fail(err, "cuUserObjectCreate")
+            (err,) = D.cuGraphRetainUserObject(graph, obj, 1, 1)  # CU_GRAPH_USER_OBJECT_MOVE
+            if err:
+                _fail(err, "cuGraphRetainUserObject")
         inst, launch, sync, destroy, hs = (
             D.cuGraphInstantiate,
             D.cuGraphLaunch,
@@ -722,7 +842,31 @@ def op_graph_launch(env: Env) -> Operation:
             if err:
                 _fail(err, "cuGraphExecDestroy")
 
-        return Variant(fn, cleanup=lambda: D.cuGraphDestroy(graph))
+        note = (
+            "on a graph holding one CUDA user object (as an instantiated cuguard definition)" if user_object else None
+        )
+        return Variant(fn, cleanup=lambda: D.cuGraphDestroy(graph), note=note)
+
+    def floor(native: Any) -> Variant:
+        definition = _new_definition(_graph_definition_class("cuguard"), env)
+        _chain(definition)
+        definition.instantiate().close()  # attaches its user object, as the cuguard variants' definition
+        inst, launch, sync, destroy = (
+            native.graph_instantiate,
+            native.graph_launch,
+            native.stream_synchronize,
+            native.graph_exec_destroy,
+        )
+        graph, hs, ctx = definition._handle, env.hstream, env.ctx._int
+
+        def fn() -> None:
+            err, exe = inst(ctx, graph, 0)
+            if err:
+                _fail(err, "graph_instantiate")
+            if launch(exe, hs) or sync(hs) or destroy(exe):
+                _fail("?", "graph_launch/stream_synchronize/graph_exec_destroy")
+
+        return Variant(fn, cleanup=definition.close)
 
     def graph_variant(which: str) -> Callable[[], Variant]:
         def builder() -> Variant:
@@ -745,6 +889,8 @@ def op_graph_launch(env: Env) -> Operation:
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _graph_or_null("cuguard", graph_variant("cuguard"))),
         "cuda_core": _core_variant(env, graph_variant("cuda_core")),
+        "raw_user_object": _build("raw_user_object", lambda: raw(user_object=True)),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -757,7 +903,9 @@ def _kernel_image(env: Env) -> tuple[bytes, str]:
     if env.kernel_image is not None:
         return env.kernel_image, env.kernel_kind
     major, minor = env.dev.compute_capability
-    if env.simulated:  # the simulator runs a PTX body of `ret;` as it is; a cubin would need a stand-in
+    # The simulator runs a PTX body of `ret;` as it is (a cubin would need a stand-in); --kernel ptx asks for the
+    # same elsewhere (a no-op driver library, where NVRTC has no driver to ask).
+    if env.simulated or env.kernel_kind == "ptx-asked":
         env.kernel_image, env.kernel_kind = PTX_TEMPLATE.format(cc=f"{major}{minor}").encode(), "ptx"
         return env.kernel_image, env.kernel_kind
     try:
@@ -830,10 +978,27 @@ def op_launch(env: Env) -> Operation:
 
         return Variant(fn, after=env.csync)
 
+    def floor(native: Any) -> Variant:
+        image, _ = _kernel_image(env)
+        module = env.dev.load_module(image)
+        kernel = module.get_kernel("empty")
+        launch, hs, function = native.launch, env.hstream, kernel._handle
+
+        def fn() -> None:
+            if launch(function, 1, 1, 1, 1, 1, 1, 0, hs, 0):
+                _fail("?", "launch")
+
+        def cleanup() -> None:
+            env.sync()
+            module.close()
+
+        return Variant(fn, after=env.sync, cleanup=cleanup)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -883,6 +1048,21 @@ BUILDERS = [
     op_launch,
     op_cheap_call,
 ]
+# The operation each builder makes (``--ops`` builds only those asked for: a builder's fixtures cost time
+# and some, e.g. the kernel's NVRTC compile, need more of the driver than others).
+OP_NAMES = {
+    op_stream: "stream_create_close",
+    op_event: "event_create_close",
+    op_event_record_query: "event_record_query",
+    op_alloc: "alloc_async_256B",
+    op_pinned: "pinned_alloc_256B",
+    op_h2d: "h2d_copy_4B",
+    op_switch: "switch_restore_event",
+    op_graph_build: "graph_build_16",
+    op_graph_launch: "graph_instantiate_launch_16",
+    op_launch: "kernel_launch_empty",
+    op_cheap_call: "cheap_call_ctx_get_current",
+}
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -982,6 +1162,15 @@ def measure(op: Operation, repeats: int, target_ns: int) -> dict[str, Any]:
             # Each repeat's batch against the raw batch of the same repeat (they ran back to back), then the
             # median: a slow phase of the machine that spans a repeat slows both sides of the ratio alike.
             result[f"{kind}_ratio"] = round(statistics.median(paired), 3)
+            result.setdefault("ratios_per_repeat", {})[kind] = [round(x, 3) for x in paired]
+            # The ratio of the ns medians can disagree when the machine changed phase during the run (bimodal
+            # samples: each median may come from another phase); then only the paired ratio compares like with like.
+            of_medians = value / raw
+            if abs(of_medians - result[f"{kind}_ratio"]) > 0.1 * result[f"{kind}_ratio"]:
+                result.setdefault("phase_warnings", {})[kind] = (
+                    f"ratio of the ns medians {of_medians:.2f}, paired ratio {result[f'{kind}_ratio']:.2f}: "
+                    f"raw samples {min(raw_samples):,.0f}-{max(raw_samples):,.0f} ns (phases); the paired ratio counts"
+                )
         else:
             result[f"{kind}_ratio"] = round(value / raw, 3)
     result["target_ratio"] = TARGETS.get(op.name)
@@ -1188,6 +1377,22 @@ def table(results: dict[str, Any], simulated: bool) -> str:
         lines.append("  ".join(cells))
         if index == 0:
             lines.append("  ".join("-" * w for w in widths))
+    diagnostics = []
+    for name, r in results.items():
+        parts = [f"{kind} {r[f'{kind}_ratio']:.2f}" for kind in DIAGNOSTICS if r.get(f"{kind}_ratio") is not None]
+        if parts:
+            fast = r.get("cuguard_fast_ratio")
+            tail = f" (compiled {fast:.2f})" if fast is not None else ""
+            diagnostics.append(f"  {name}: {', '.join(parts)}{tail}")
+    if diagnostics:
+        lines.append("diagnostic variants, x as above (compiled_floor: the compiled calls alone, no cuguard objects;")
+        lines.append(
+            "raw_user_object: raw on a graph holding a CUDA user object, as an instantiated cuguard definition):"
+        )
+        lines.extend(diagnostics)
+    for name, r in results.items():
+        for kind, text in (r.get("phase_warnings") or {}).items():
+            lines.append(f"phases: {name} {kind}: {text}")
     if simulated:
         lines.append("SIMULATED DRIVER: relative figures for comparing commits, not GPU numbers.")
     lines.append(
@@ -1233,7 +1438,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")
     parser.add_argument("--ops", default="", help="comma-separated operation names (default: all)")
     parser.add_argument("--profile", action="store_true", help="also cProfile the cuguard side of each operation")
+    parser.add_argument(
+        "--kernel",
+        choices=("cubin", "ptx"),
+        default="cubin",
+        help="the empty kernel as an NVRTC cubin (default) or hand-written PTX (for a no-op driver library)",
+    )
     args = parser.parse_args(argv)
+    if wanted_unknown := {n.strip() for n in args.ops.split(",") if n.strip()} - set(OP_NAMES.values()):
+        parser.error(f"--ops: no operation {', '.join(sorted(wanted_unknown))} (known: {', '.join(OP_NAMES.values())})")
 
     repeats = args.repeats or 15
     if repeats < 7:
@@ -1245,23 +1458,21 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC)
     with _driver(args.driver) as raw:
         env = Env(raw, simulated)
+        if args.kernel == "ptx":
+            env.kernel_kind = "ptx-asked"
         machine, versions = describe(env)
         overhead = call_overhead_ns(repeats, target_ns)
         results: dict[str, Any] = {}
         profiles: dict[str, Any] = {}
         for builder in BUILDERS:
+            if wanted and OP_NAMES[builder] not in wanted:
+                continue
             try:
                 op = builder(env)
             except Exception as exc:  # noqa: BLE001 - one broken operation must not hide the others
                 name = builder.__name__.removeprefix("op_")
                 results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
                 print(f"{name}: setup failed: {exc}", file=sys.stderr)
-                continue
-            if wanted and op.name not in wanted:
-                for variant in op.variants.values():
-                    if variant.cleanup is not None:
-                        with contextlib.suppress(Exception):
-                            variant.cleanup()
                 continue
             print(f"measuring {op.name} ...", file=sys.stderr, flush=True)
             if args.profile:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -495,6 +496,243 @@ def managed_prefetch_advise(d: Any) -> Obs:
         ]
         out.append(name(d.cuStreamSynchronize(s)[0]))
         out += [name(d.cuMemFree(plain)[0]), name(d.cuMemFree(ptr)[0])]
+        d.cuStreamDestroy(s)
+    return out
+
+
+# --- memory pools and IPC ----------------------------------------------------------------------
+# The edge cases DeviceMemoryResource, PinnedMemoryResource and the IPC objects depend on, and
+# those the simulator assumes (tests/test_sim_pools.py in packages/testing names them). Sizes the
+# driver rounds (reserved memory) are compared as relations, not numbers.
+
+_POOL_FD = B.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+_PA = B.CUmemPool_attribute
+
+
+def _pool_props(*, shareable: bool = False, max_size: int = 0, location: str = "DEVICE", ident: int = 0) -> Any:
+    props = B.CUmemPoolProps()
+    props.allocType = B.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    props.location.type = getattr(B.CUmemLocationType, "CU_MEM_LOCATION_TYPE_" + location)
+    props.location.id = ident
+    props.handleTypes = _POOL_FD if shareable else B.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+    props.maxSize = max_size
+    return props
+
+
+def _pool_attr(d: Any, pool: Any, attr: str) -> int:
+    return int(ok(d.cuMemPoolGetAttribute(pool, getattr(_PA, "CU_MEMPOOL_ATTR_" + attr))))
+
+
+def _pool_set(d: Any, pool: Any, attr: str, value: int, *, wide: bool = True) -> str:
+    given = B.cuuint64_t(value) if wide else value
+    return name(d.cuMemPoolSetAttribute(pool, getattr(_PA, "CU_MEMPOOL_ATTR_" + attr), given)[0])
+
+
+@scenario
+def pool_default_and_current(d: Any) -> Obs:
+    with Ctx(d):
+        default = ok(d.cuDeviceGetDefaultMemPool(0))
+        out: Obs = [int(ok(d.cuDeviceGetMemPool(0))) == int(default), name(d.cuMemPoolDestroy(default)[0])]
+        pool = ok(d.cuMemPoolCreate(_pool_props()))
+        out.append(name(d.cuDeviceSetMemPool(0, pool)[0]))
+        out.append(int(ok(d.cuDeviceGetMemPool(0))) == int(pool))
+        out.append(name(d.cuMemPoolDestroy(pool)[0]))
+        out.append(int(ok(d.cuDeviceGetMemPool(0))) == int(default))  # the default pool is current again
+        out.append(name(d.cuMemPoolCreate(_pool_props(location="DEVICE", ident=99))[0]))
+    return out
+
+
+@scenario
+def pool_attributes(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        pool = ok(d.cuMemPoolCreate(_pool_props()))
+        out: Obs = [
+            [_pool_attr(d, pool, a) for a in ("REUSE_FOLLOW_EVENT_DEPENDENCIES", "REUSE_ALLOW_OPPORTUNISTIC")],
+            _pool_attr(d, pool, "REUSE_ALLOW_INTERNAL_DEPENDENCIES"),
+            _pool_attr(d, pool, "RELEASE_THRESHOLD"),
+            _pool_set(d, pool, "RELEASE_THRESHOLD", 1 << 20),
+            _pool_attr(d, pool, "RELEASE_THRESHOLD"),
+            _pool_set(d, pool, "REUSE_ALLOW_OPPORTUNISTIC", 0, wide=False),
+            _pool_attr(d, pool, "REUSE_ALLOW_OPPORTUNISTIC"),
+            _pool_set(d, pool, "RESERVED_MEM_CURRENT", 0),
+            _pool_set(d, pool, "USED_MEM_HIGH", 5),
+        ]
+        p = ok(d.cuMemAllocFromPoolAsync(1 << 20, pool, s))
+        used = _pool_attr(d, pool, "USED_MEM_CURRENT")
+        reserved = _pool_attr(d, pool, "RESERVED_MEM_CURRENT")
+        out += [used >= 1 << 20, reserved >= used, _pool_attr(d, pool, "USED_MEM_HIGH") >= used]
+        out.append(name(d.cuMemFreeAsync(p, s)[0]))
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        out.append(_pool_attr(d, pool, "USED_MEM_CURRENT"))
+        out.append(_pool_set(d, pool, "USED_MEM_HIGH", 0))
+        out.append(_pool_attr(d, pool, "USED_MEM_HIGH"))
+        out.append(name(d.cuMemPoolTrimTo(pool, 0)[0]))
+        out.append(_pool_attr(d, pool, "RESERVED_MEM_CURRENT") <= reserved)
+        out.append(name(d.cuMemPoolDestroy(pool)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def pool_max_size(d: Any) -> Obs:
+    limit = 32 << 20
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        pool = ok(d.cuMemPoolCreate(_pool_props(max_size=limit)))
+        out: Obs = [name(d.cuMemAllocFromPoolAsync(2 * limit, pool, s)[0])]
+        err0, null = d.cuMemAllocFromPoolAsync(0, pool, s)
+        out += [name(err0), int(null) if not err0 else None]
+        p = ok(d.cuMemAllocFromPoolAsync(limit // 2, pool, s))
+        out.append(name(d.cuMemAllocFromPoolAsync(limit, pool, s)[0]))
+        out.append(name(d.cuMemFreeAsync(p, s)[0]))
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        out.append(name(d.cuMemPoolDestroy(pool)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def pool_destroy_with_outstanding(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        pool = ok(d.cuMemPoolCreate(_pool_props()))
+        p = ok(d.cuMemAllocFromPoolAsync(64, pool, s))
+        d.cuStreamSynchronize(s)
+        out: Obs = [name(d.cuMemPoolDestroy(pool)[0])]
+        out.append(name(d.cuMemsetD8(p, 0x33, 64)[0]))
+        back = bytearray(64)
+        out.append(name(d.cuMemcpyDtoH(back, p, 64)[0]))
+        out.append(bytes(back[:4]).hex())
+        out.append(name(d.cuMemFree(p)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def pool_access_own_device(d: Any) -> Obs:
+    with Ctx(d):
+        pool = ok(d.cuMemPoolCreate(_pool_props()))
+        here = B.CUmemLocation()
+        here.type = B.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        here.id = 0
+        out: Obs = [ok(d.cuMemPoolGetAccess(pool, here)).name]
+        desc = B.CUmemAccessDesc()
+        desc.location = here
+        desc.flags = B.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE
+        out.append(name(d.cuMemPoolSetAccess(pool, [desc], 1)[0]))
+        desc.flags = B.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        out.append(name(d.cuMemPoolSetAccess(pool, [desc], 1)[0]))
+        out.append(ok(d.cuMemPoolGetAccess(pool, here)).name)
+        out.append(name(d.cuMemPoolDestroy(pool)[0]))
+    return out
+
+
+@scenario
+def pool_export_refusals(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        plain = ok(d.cuMemPoolCreate(_pool_props()))
+        out: Obs = [name(d.cuMemPoolExportToShareableHandle(plain, _POOL_FD, 0)[0])]
+        p = ok(d.cuMemAllocFromPoolAsync(64, plain, s))
+        out.append(name(d.cuMemPoolExportPointer(p)[0]))
+        q = ok(d.cuMemAlloc(64))
+        out.append(name(d.cuMemPoolExportPointer(q)[0]))
+        d.cuMemFree(q)
+        d.cuMemFreeAsync(p, s)
+        d.cuStreamSynchronize(s)
+        d.cuMemPoolDestroy(plain)
+        shared = ok(d.cuMemPoolCreate(_pool_props(shareable=True)))
+        err, fd = d.cuMemPoolExportToShareableHandle(shared, _POOL_FD, 0)
+        out += [name(err), int(fd) >= 0 if not err else None]
+        if not err:
+            os.close(int(fd))
+        r = ok(d.cuMemAllocFromPoolAsync(64, shared, s))
+        d.cuStreamSynchronize(s)
+        out.append(name(d.cuMemPoolExportPointer(r)[0]))
+        d.cuMemFreeAsync(r, s)
+        d.cuStreamSynchronize(s)
+        out.append(name(d.cuMemPoolDestroy(shared)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def pool_ipc_same_process(d: Any) -> Obs:
+    """A shareable pool imported by the process that exported it (the simulator allows it)."""
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        shared = ok(d.cuMemPoolCreate(_pool_props(shareable=True)))
+        p = ok(d.cuMemAllocFromPoolAsync(64, shared, s))
+        d.cuMemsetD8Async(p, 0x5C, 64, s)
+        d.cuStreamSynchronize(s)
+        fd = int(ok(d.cuMemPoolExportToShareableHandle(shared, _POOL_FD, 0)))
+        data = ok(d.cuMemPoolExportPointer(p))
+        err, imported = d.cuMemPoolImportFromShareableHandle(fd, _POOL_FD, 0)
+        os.close(fd)
+        out: Obs = [name(err)]
+        if not err:
+            err2, q = d.cuMemPoolImportPointer(imported, data)
+            out.append(name(err2))
+            if not err2:
+                back = bytearray(4)
+                d.cuMemcpyDtoH(back, q, 4)
+                out += [bytes(back).hex(), int(q) == int(p), name(d.cuMemFree(q)[0])]
+            out.append(name(d.cuMemPoolDestroy(imported)[0]))
+        d.cuMemFreeAsync(p, s)
+        d.cuStreamSynchronize(s)
+        out.append(name(d.cuMemPoolDestroy(shared)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def ipc_event_refusals(d: Any) -> Obs:
+    with Ctx(d):
+        plain = ok(d.cuEventCreate(2))
+        out: Obs = [name(d.cuIpcGetEventHandle(plain)[0]), name(d.cuEventCreate(4)[0])]
+        shared = ok(d.cuEventCreate(2 | 4))
+        err, handle = d.cuIpcGetEventHandle(shared)
+        out.append(name(err))
+        if not err:
+            err2, opened = d.cuIpcOpenEventHandle(handle)
+            out.append(name(err2))  # opened in the process that exported it
+            if not err2:
+                d.cuEventDestroy(opened)
+        d.cuEventDestroy(shared)
+        d.cuEventDestroy(plain)
+    return out
+
+
+@scenario
+def pool_host_numa(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        out: Obs = []
+        for location in ("HOST_NUMA", "HOST"):
+            err, pool = d.cuMemPoolCreate(_pool_props(location=location))
+            out.append(name(err))
+            if err:
+                continue
+            desc = B.CUmemAccessDesc()
+            desc.location.type = B.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            desc.location.id = 0
+            desc.flags = B.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            out.append(name(d.cuMemPoolSetAccess(pool, [desc], 1)[0]))
+            err, p = d.cuMemAllocFromPoolAsync(64, pool, s)
+            out.append(name(err))
+            if not err:
+                d.cuStreamSynchronize(s)
+                ctypes.memmove(int(p), bytes(range(64)), 64)
+                dev = ok(d.cuMemAlloc(64))
+                out.append(name(d.cuMemcpyHtoD(dev, int(p), 64)[0]))
+                back = bytearray(64)
+                d.cuMemcpyDtoH(back, dev, 64)
+                out.append(bytes(back) == bytes(range(64)))
+                d.cuMemFree(dev)
+                out.append(name(d.cuMemFreeAsync(p, s)[0]))
+                d.cuStreamSynchronize(s)
+            out.append(name(d.cuMemPoolDestroy(pool)[0]))
         d.cuStreamDestroy(s)
     return out
 

@@ -30,18 +30,6 @@ from pathlib import Path
 from typing import Any
 
 PTX = ".version 7.8\n.target sm_{cc}\n.address_size 64\n\n.visible .entry empty()\n{{\n\tret;\n}}\n"
-COMPILED = (
-    "event_create",
-    "event_destroy",
-    "event_record",
-    "event_query",
-    "stream_create",
-    "stream_destroy",
-    "mem_alloc_async",
-    "mem_free_async",
-    "launch",
-    "graph_add_empty",
-)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from cuguard import fastpath
     from cuguard.context import Context
     from cuguard.errors import CUDAError, driver
+    from cuguard.fastpath import COMPILED
     from cuguard.graphs import GraphDefinition
     from cuguard.resources import Device, LaunchConfig, launch
 
@@ -107,6 +96,22 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(15):
         node = node.join()
     nodes = len(definition.nodes)  # keys the fresh nodes: each Node once
+    exe = definition.instantiate()
+    exe.launch(stream)
+    stream.sync()
+    exe_handle_type = type(exe.handle).__name__
+    exe.close()
+    device_buf = dev.allocate(16)
+    pinned = dev.allocate_pinned(16)
+    host = bytearray(16)
+    device_buf.copy_from(pinned, stream=stream)
+    device_buf.copy_from(host, stream=stream)
+    device_buf.copy_to(pinned, stream=stream)
+    device_buf.copy_to(host, stream=stream)
+    device_buf.copy_from(pinned)
+    device_buf.copy_from(bytes(16))
+    device_buf.copy_to(pinned)
+    device_buf.copy_to(host)
     stream.sync()
     definition.close()
     event.close()
@@ -114,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     check("every hot operation compiled", all(counts.values()), {k: v for k, v in counts.items() if not v})
     check("event query answered", done in (True, False), done)
     check("graph lists its 16 nodes", nodes == 16, nodes)
+    check("an executable graph's handle is a CUgraphExec", exe_handle_type == "CUgraphExec", exe_handle_type)
+    if stub is not None:
+        copies = int(stub.stub_copies())
+        check("eight copies reached the driver", copies == 8, copies)
 
     # --- the switch path (G2): another context current ---
     other = Context.create(0)
@@ -124,6 +133,22 @@ def main(argv: list[str] | None = None) -> int:
         check("switch restores the caller's context", now == other, now)
         check("switched event in the device's context", e2.context == dev.context, e2.context)
         e2.close()
+        # The synchronous copy and the instantiate need the device's context: switched in, then restored.
+        seen = dict(counts)
+        device_buf.copy_from(pinned)
+        device_buf.copy_to(host)
+        check("switched copies restore the caller's context", Context.current() == other, Context.current())
+        switched = GraphDefinition()
+        switched.empty()
+        exe2 = switched.instantiate()
+        check("switched instantiate restores the caller's context", Context.current() == other, Context.current())
+        check(
+            "switched calls asked the compiled functions first",
+            counts["memcpy_htod"] > seen["memcpy_htod"] and counts["graph_instantiate"] > seen["graph_instantiate"],
+            counts,
+        )
+        exe2.close()
+        switched.close()
     finally:
         dev.set_current()
         other.close()
@@ -179,7 +204,58 @@ def main(argv: list[str] | None = None) -> int:
             check("cuEventDestroy failure raised, event leaked", exc.call == "cuEventDestroy" and e3.closed, exc)
         else:
             check("cuEventDestroy failure raised, event leaked", False, "no error")
+        # Failures the compiled copies, graph calls and stream sync return, raised with the call's name.
+        attempts: tuple[tuple[str, int, Callable[[], object]], ...] = (
+            ("cuMemcpyHtoDAsync", 1, lambda: device_buf.copy_from(pinned, stream=s2)),
+            ("cuMemcpyDtoHAsync", 1, lambda: device_buf.copy_to(host, stream=s2)),
+            ("cuMemcpyHtoD", 2, lambda: device_buf.copy_from(pinned)),
+            ("cuMemcpyDtoH", 2, lambda: device_buf.copy_to(host)),
+            ("cuCtxGetCurrent", 201, lambda: device_buf.copy_from(pinned)),
+            ("cuStreamSynchronize", 999, s2.sync),
+        )
+        for call, code, attempt in attempts:
+            stub.stub_fail(call.encode(), code)
+            try:
+                attempt()
+            except CUDAError as exc:
+                check(f"{call} failure raised", exc.code == code and exc.call == call, exc)
+            else:
+                check(f"{call} failure raised", False, "no error")
+        failing = GraphDefinition()
+        failing.empty()
+        n = live()
+        stub.stub_fail(b"cuGraphInstantiate", 2)
+        try:
+            failing.instantiate()
+        except CUDAError as exc:
+            check(
+                "cuGraphInstantiate failure raised, nothing made", exc.call == "cuGraphInstantiate" and live() == n, exc
+            )
+        else:
+            check("cuGraphInstantiate failure raised, nothing made", False, "no error")
+        exe3 = failing.instantiate()
+        stub.stub_fail(b"cuGraphLaunch", 1)
+        try:
+            exe3.launch(s2)
+        except CUDAError as exc:
+            check("cuGraphLaunch failure raised, graph usable", exc.call == "cuGraphLaunch", exc)
+            exe3.launch(s2)
+        else:
+            check("cuGraphLaunch failure raised, graph usable", False, "no error")
+        stub.stub_fail(b"cuGraphExecDestroy", 1)
+        try:
+            exe3.close()
+        except CUDAError as exc:
+            check(
+                "cuGraphExecDestroy failure raised, graph leaked", exc.call == "cuGraphExecDestroy" and exe3.closed, exc
+            )
+        else:
+            check("cuGraphExecDestroy failure raised, graph leaked", False, "no error")
+        failing.close()
         s2.close()
+
+    device_buf.close()
+    pinned.close()
 
     # --- disable(): Python again ---
     fastpath.disable()
@@ -198,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     report["compiled_calls"] = counts
     report["driver"] = repr(driver)
     if stub is not None:
-        # One event was leaked on purpose above (its destroy failed).
-        check("nothing else left behind", live() == (before or 0) + 1, (before, live()))
+        # One event and one executable graph were leaked on purpose above (their destroys failed).
+        check("nothing else left behind", live() == (before or 0) + 2, (before, live()))
     return _finish(report, args.out)
 
 

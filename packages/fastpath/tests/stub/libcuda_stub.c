@@ -87,7 +87,7 @@ CUresult cuCtxDestroy(ptr_t ctx) {
 CUresult cuStreamCreate(ptr_t *s, unsigned int flags) { FAIL("cuStreamCreate"); *s = block(&live_streams); return OK; }
 CUresult cuStreamCreateWithPriority(ptr_t *s, unsigned int flags, int priority) { return cuStreamCreate(s, flags); }
 CUresult cuStreamDestroy(ptr_t s) { FAIL("cuStreamDestroy"); return release(s, &live_streams); }
-CUresult cuStreamSynchronize(ptr_t s) { return OK; }
+CUresult cuStreamSynchronize(ptr_t s) { FAIL("cuStreamSynchronize"); return s ? OK : INVALID_VALUE; }
 CUresult cuStreamQuery(ptr_t s) { return OK; }
 CUresult cuStreamGetFlags(ptr_t s, unsigned int *flags) { *flags = 0; return OK; }
 CUresult cuStreamWaitEvent(ptr_t s, ptr_t e, unsigned int flags) { return OK; }
@@ -104,6 +104,25 @@ CUresult cuMemFreeAsync(u64 p, ptr_t s) { FAIL("cuMemFreeAsync"); if (!p) return
 CUresult cuMemAlloc(u64 *p, size_t size) { return cuMemAllocAsync(p, size, NULL); }
 CUresult cuMemFree(u64 p) { return cuMemFreeAsync(p, NULL); }
 CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) { *free_bytes = 1 << 30; *total = 1 << 30; return OK; }
+/* Copies move nothing (device pointers are not memory here); they check their arguments and count. */
+static long copies;
+long stub_copies(void) { return copies; }
+CUresult cuMemcpyHtoDAsync(u64 dst, const void *src, size_t n, ptr_t s) {
+    FAIL("cuMemcpyHtoDAsync"); if (!dst || !src) return INVALID_VALUE; copies++; return OK;
+}
+CUresult cuMemcpyDtoHAsync(void *dst, u64 src, size_t n, ptr_t s) {
+    FAIL("cuMemcpyDtoHAsync"); if (!dst || !src) return INVALID_VALUE; copies++; return OK;
+}
+CUresult cuMemcpyHtoD(u64 dst, const void *src, size_t n) {
+    FAIL("cuMemcpyHtoD"); if (!depth || !stack[depth - 1]) return INVALID_CONTEXT;
+    if (!dst || !src) return INVALID_VALUE; copies++; return OK;
+}
+CUresult cuMemcpyDtoH(void *dst, u64 src, size_t n) {
+    FAIL("cuMemcpyDtoH"); if (!depth || !stack[depth - 1]) return INVALID_CONTEXT;
+    if (!dst || !src) return INVALID_VALUE; copies++; return OK;
+}
+CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags) { live_allocs++; *p = calloc(1, size ? size : 1); return OK; }
+CUresult cuMemFreeHost(void *p) { if (!p) return INVALID_VALUE; live_allocs--; free(p); return OK; }
 
 CUresult cuModuleLoadData(ptr_t *m, const void *image) { *m = calloc(1, 16); return OK; }
 CUresult cuModuleUnload(ptr_t m) { free(m); return OK; }
@@ -145,12 +164,16 @@ CUresult cuGraphGetNodes(ptr_t g, ptr_t *nodes, size_t *count) {
     *count = graph->n;
     return OK;
 }
+/* Edges are not kept: a graph reports none. */
+CUresult cuGraphGetEdges(ptr_t g, ptr_t *from, ptr_t *to, void *data, size_t *count) { *count = 0; return OK; }
 CUresult cuGraphInstantiateWithFlags(ptr_t *exe, ptr_t g, unsigned long long flags) {
+    FAIL("cuGraphInstantiate");
+    if (!g) return INVALID_VALUE;
     *exe = block(&live_execs);
     return OK;
 }
-CUresult cuGraphLaunch(ptr_t exe, ptr_t s) { return OK; }
-CUresult cuGraphExecDestroy(ptr_t exe) { return release(exe, &live_execs); }
+CUresult cuGraphLaunch(ptr_t exe, ptr_t s) { FAIL("cuGraphLaunch"); return exe ? OK : INVALID_VALUE; }
+CUresult cuGraphExecDestroy(ptr_t exe) { FAIL("cuGraphExecDestroy"); return release(exe, &live_execs); }
 CUresult cuUserObjectCreate(ptr_t *obj, void *p, void (*destroy)(void *), unsigned initial, unsigned flags) {
     *obj = calloc(1, 16);
     return OK;
@@ -171,9 +194,10 @@ static const entry_t table[] = {
     E(cuCtxPopCurrent), E(cuCtxDestroy), E(cuStreamCreate), E(cuStreamCreateWithPriority), E(cuStreamDestroy),
     E(cuStreamSynchronize), E(cuStreamQuery), E(cuStreamGetFlags), E(cuStreamWaitEvent), E(cuStreamGetCtx),
     E(cuEventCreate), E(cuEventDestroy), E(cuEventRecord), E(cuEventQuery), E(cuEventSynchronize),
-    E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuMemAlloc), E(cuMemFree), E(cuMemGetInfo), E(cuModuleLoadData),
+    E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuMemAlloc), E(cuMemFree), E(cuMemGetInfo), E(cuMemcpyHtoDAsync),
+    E(cuMemcpyDtoHAsync), E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuModuleLoadData),
     E(cuModuleUnload), E(cuModuleGetFunction), E(cuFuncGetParamCount), E(cuFuncGetParamInfo), E(cuLaunchKernel),
-    E(cuGraphCreate), E(cuGraphDestroy), E(cuGraphAddEmptyNode), E(cuGraphGetNodes),
+    E(cuGraphCreate), E(cuGraphDestroy), E(cuGraphAddEmptyNode), E(cuGraphGetNodes), E(cuGraphGetEdges),
     E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), E(cuGraphExecDestroy), E(cuUserObjectCreate),
     E(cuUserObjectRelease), E(cuGraphRetainUserObject), E(cuGraphReleaseUserObject), E(cuGetErrorName),
     E(cuGetErrorString), {NULL, NULL},

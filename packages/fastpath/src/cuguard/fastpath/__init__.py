@@ -2,7 +2,9 @@
 
 Every cuguard layer works as pure Python; installing this package makes the
 driver calls of the hottest operations (the current-context check, creating,
-recording, launching, releasing, adding an empty graph node) go from C
+recording, querying, launching, copying to and from the host, synchronizing a
+stream, releasing, adding an empty graph node, instantiating, launching and
+destroying an executable graph) go from C
 straight to the driver's entry points instead of through cuda-bindings'
 Python layer. Failure handling stays in Python: the compiled functions return
 statuses and the layers raise, exactly as on the Python path.
@@ -53,6 +55,35 @@ REPLACED = (
     "cuMemFreeAsync",
     "cuLaunchKernel",
     "cuGraphAddEmptyNode",
+    "cuGraphInstantiate",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuStreamSynchronize",
+    "cuMemcpyHtoDAsync",
+    "cuMemcpyDtoHAsync",
+    "cuMemcpyHtoD",
+    "cuMemcpyDtoH",
+)
+#: The compiled functions (see ``_native.pyi``).
+COMPILED = (
+    "event_create",
+    "event_destroy",
+    "event_record",
+    "event_query",
+    "stream_create",
+    "stream_destroy",
+    "stream_synchronize",
+    "mem_alloc_async",
+    "mem_free_async",
+    "memcpy_htod_async",
+    "memcpy_dtoh_async",
+    "memcpy_htod",
+    "memcpy_dtoh",
+    "launch",
+    "graph_add_empty",
+    "graph_instantiate",
+    "graph_launch",
+    "graph_exec_destroy",
 )
 
 
@@ -77,6 +108,14 @@ class FastOps:
     cuMemFreeAsync: Any
     cuLaunchKernel: Any
     cuGraphAddEmptyNode: Any
+    cuGraphInstantiate: Any
+    cuGraphLaunch: Any
+    cuGraphExecDestroy: Any
+    cuStreamSynchronize: Any
+    cuMemcpyHtoDAsync: Any
+    cuMemcpyDtoHAsync: Any
+    cuMemcpyHtoD: Any
+    cuMemcpyDtoH: Any
     # The compiled functions (see _native.pyi).
     event_create: Callable[[int, int], tuple[int, Any]]
     event_destroy: Callable[[Any], int]
@@ -88,22 +127,19 @@ class FastOps:
     mem_free_async: Callable[[Any, Any], int]
     launch: Callable[..., int]
     graph_add_empty: Callable[[Any, Any], tuple[int, Any]]
+    stream_synchronize: Callable[[Any], int]
+    memcpy_htod_async: Callable[[Any, Any, int, Any], int]
+    memcpy_dtoh_async: Callable[[Any, Any, int, Any], int]
+    memcpy_htod: Callable[[int, Any, Any, int], int | tuple[int, str]]
+    memcpy_dtoh: Callable[[int, Any, Any, int], int | tuple[int, str]]
+    graph_instantiate: Callable[[int | None, Any, int], tuple[int, Any]]
+    graph_launch: Callable[[Any, Any], int]
+    graph_exec_destroy: Callable[[Any], int]
 
     def __init__(self, native: Any, real: Any) -> None:
         for name in REPLACED:
             setattr(self, name, getattr(real, name))
-        for name in (
-            "event_create",
-            "event_destroy",
-            "event_record",
-            "event_query",
-            "stream_create",
-            "stream_destroy",
-            "mem_alloc_async",
-            "mem_free_async",
-            "launch",
-            "graph_add_empty",
-        ):
+        for name in COMPILED:
             setattr(self, name, getattr(native, name))
 
 

@@ -10,8 +10,10 @@
  * Nothing here raises for a driver failure: every function returns the status
  * (and, for creating calls, the name of the call that failed), and cuguard's
  * Python layers raise. The only exceptions raised here are Python ones: a
- * handle that int() refuses (TypeError), or the bindings' own error when they
- * cannot find a driver entry point (their `except ?CUDA_ERROR_NOT_FOUND`).
+ * handle that int() refuses (TypeError), a host object without the buffer
+ * protocol, or the bindings' own error when they cannot find a driver entry
+ * point (their `except ?<status>` functions set a Python exception and return
+ * a status; whichever status they use, an exception set means it was theirs).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,9 +26,8 @@ typedef void *CUevent;
 typedef void *CUgraph;
 typedef void *CUgraphNode;
 typedef void *CUfunction;
+typedef void *CUgraphExec;
 typedef unsigned long long CUdeviceptr;
-
-#define CUDA_ERROR_NOT_FOUND 500
 
 typedef CUresult (*ctx_get_current_t)(CUcontext *);
 typedef CUresult (*create_t)(void **, unsigned int);
@@ -37,6 +38,12 @@ typedef CUresult (*mem_free_async_t)(CUdeviceptr, CUstream);
 typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                                     unsigned int, unsigned int, CUstream, void **, void **);
 typedef CUresult (*graph_add_empty_t)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t);
+typedef CUresult (*graph_instantiate_t)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*graph_launch_t)(CUgraphExec, CUstream);
+typedef CUresult (*memcpy_htod_async_t)(CUdeviceptr, const void *, size_t, CUstream);
+typedef CUresult (*memcpy_dtoh_async_t)(void *, CUdeviceptr, size_t, CUstream);
+typedef CUresult (*memcpy_htod_t)(CUdeviceptr, const void *, size_t);
+typedef CUresult (*memcpy_dtoh_t)(void *, CUdeviceptr, size_t);
 
 static ctx_get_current_t p_cuCtxGetCurrent;
 static create_t p_cuEventCreate;
@@ -49,13 +56,21 @@ static mem_alloc_async_t p_cuMemAllocAsync;
 static mem_free_async_t p_cuMemFreeAsync;
 static launch_kernel_t p_cuLaunchKernel;
 static graph_add_empty_t p_cuGraphAddEmptyNode;
+static graph_instantiate_t p_cuGraphInstantiate;
+static graph_launch_t p_cuGraphLaunch;
+static destroy_t p_cuGraphExecDestroy;
+static destroy_t p_cuStreamSynchronize;
+static memcpy_htod_async_t p_cuMemcpyHtoDAsync;
+static memcpy_dtoh_async_t p_cuMemcpyDtoHAsync;
+static memcpy_htod_t p_cuMemcpyHtoD;
+static memcpy_dtoh_t p_cuMemcpyDtoH;
 
 /* The cuda-bindings handle types the creating calls return (CUstream, CUevent, ...). */
 static PyObject *t_stream, *t_event, *t_deviceptr, *t_graphnode;
 static int ready;
 
 /* Interned call names, returned as the second item of a failed creating call. */
-static PyObject *n_ctx, *n_event_create, *n_stream_create, *n_alloc, *n_graph_add;
+static PyObject *n_ctx, *n_event_create, *n_stream_create, *n_alloc, *n_graph_add, *n_instantiate, *n_htod, *n_dtoh;
 
 typedef struct {
     const char *name;
@@ -79,6 +94,15 @@ static entry_t entries[] = {
      (void **)&p_cuLaunchKernel},
     {"cuGraphAddEmptyNode", "CUresult (CUgraphNode *, CUgraph, CUgraphNode const *, size_t)",
      (void **)&p_cuGraphAddEmptyNode},
+    /* cuda-bindings maps cuGraphInstantiate to the driver's cuGraphInstantiateWithFlags (12.x and 13.x). */
+    {"cuGraphInstantiate", "CUresult (CUgraphExec *, CUgraph, unsigned PY_LONG_LONG)", (void **)&p_cuGraphInstantiate},
+    {"cuGraphLaunch", "CUresult (CUgraphExec, CUstream)", (void **)&p_cuGraphLaunch},
+    {"cuGraphExecDestroy", "CUresult (CUgraphExec)", (void **)&p_cuGraphExecDestroy},
+    {"cuStreamSynchronize", "CUresult (CUstream)", (void **)&p_cuStreamSynchronize},
+    {"cuMemcpyHtoDAsync", "CUresult (CUdeviceptr, void const *, size_t, CUstream)", (void **)&p_cuMemcpyHtoDAsync},
+    {"cuMemcpyDtoHAsync", "CUresult (void *, CUdeviceptr, size_t, CUstream)", (void **)&p_cuMemcpyDtoHAsync},
+    {"cuMemcpyHtoD", "CUresult (CUdeviceptr, void const *, size_t)", (void **)&p_cuMemcpyHtoD},
+    {"cuMemcpyDtoH", "CUresult (void *, CUdeviceptr, size_t)", (void **)&p_cuMemcpyDtoH},
     {NULL, NULL, NULL},
 };
 
@@ -103,11 +127,11 @@ address(PyObject *obj, void **out)
     return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* A driver status, or NULL when the bindings raised (their status CUDA_ERROR_NOT_FOUND with an exception set). */
+/* A driver status, or NULL when the bindings raised (a failed status with an exception set: their loader's). */
 static PyObject *
 status(CUresult err)
 {
-    if (err == CUDA_ERROR_NOT_FOUND && PyErr_Occurred())
+    if (err != 0 && PyErr_Occurred())
         return NULL;
     return PyLong_FromLong((long)err);
 }
@@ -115,7 +139,7 @@ status(CUresult err)
 static PyObject *
 failed(CUresult err, PyObject *call)
 {
-    if (err == CUDA_ERROR_NOT_FOUND && PyErr_Occurred())
+    if (err != 0 && PyErr_Occurred())
         return NULL;
     return Py_BuildValue("(iO)", (int)err, call);
 }
@@ -440,6 +464,192 @@ fp_graph_add_empty(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return made(t_graphnode, node);
 }
 
+/* The current-context check of a call that must run in `want`: 0 when it is current, 1 when another is
+ * (`*other` set to it, a new reference), -1 with an exception (a Python error, or `*failure` set to the
+ * (status, "cuCtxGetCurrent") tuple to return). */
+static int
+in_context(PyObject *context, PyObject **other, PyObject **failure)
+{
+    void *want;
+    *other = *failure = NULL;
+    if (address(context, &want) < 0)
+        return -1;
+    CUcontext current = NULL;
+    CUresult err = p_cuCtxGetCurrent(&current);
+    if (err) {
+        *failure = failed(err, n_ctx);
+        return -1;
+    }
+    if (current == want)
+        return 0;
+    *other = PyLong_FromVoidPtr(current);
+    return *other == NULL ? -1 : 1;
+}
+
+/* graph_instantiate(context or None, graph, flags) -> (0, executable graph as int) | (-1, current context as int)
+ * | (status, call). With a context, nothing is instantiated unless it is current (-1: switch, then the Python path). */
+static PyObject *
+fp_graph_instantiate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "graph_instantiate(context or None, graph, flags)");
+        return NULL;
+    }
+    if (args[0] != Py_None) {
+        PyObject *other, *failure;
+        int where = in_context(args[0], &other, &failure);
+        if (where < 0)
+            return failure;
+        if (where > 0)
+            return Py_BuildValue("(iN)", -1, other);
+    }
+    void *graph;
+    if (address(args[1], &graph) < 0)
+        return NULL;
+    unsigned long long flags = PyLong_AsUnsignedLongLong(args[2]);
+    if (flags == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    CUgraphExec exec = NULL;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = p_cuGraphInstantiate(&exec, graph, flags);
+    Py_END_ALLOW_THREADS
+    if (err)
+        return failed(err, n_instantiate);
+    return made_int(exec);
+}
+
+static PyObject *
+fp_graph_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "graph_launch(executable graph, stream)");
+        return NULL;
+    }
+    void *exec, *stream;
+    if (address(args[0], &exec) < 0 || address(args[1], &stream) < 0)
+        return NULL;
+    CUresult err;
+    Py_BEGIN_ALLOW_THREADS
+    err = p_cuGraphLaunch(exec, stream);
+    Py_END_ALLOW_THREADS
+    return status(err);
+}
+
+static PyObject *
+fp_graph_exec_destroy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return one_handle(args, nargs, p_cuGraphExecDestroy, 1);
+}
+
+static PyObject *
+fp_stream_synchronize(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return one_handle(args, nargs, p_cuStreamSynchronize, 1);
+}
+
+/* A host pointer: an int (an address, e.g. page-locked memory) or an object with the buffer protocol of at
+ * least `size` bytes (held in `view` until release_host). */
+static int
+host_pointer(PyObject *obj, int writable, size_t size, Py_buffer *view, void **out)
+{
+    view->obj = NULL;
+    if (PyLong_CheckExact(obj)) {
+        *out = PyLong_AsVoidPtr(obj);
+        return (*out == NULL && PyErr_Occurred()) ? -1 : 0;
+    }
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return -1;
+    if ((size_t)view->len < size) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "the host buffer has %zd bytes, the copy needs %zu", view->len, size);
+        return -1;
+    }
+    *out = view->buf;
+    return 0;
+}
+
+static void
+release_host(Py_buffer *view)
+{
+    if (view->obj != NULL)
+        PyBuffer_Release(view);
+}
+
+/* copy(dst, src, size, stream or context, async, to_device) -> status (async) | 0, -1, (status, call) (sync). */
+static PyObject *
+copy(PyObject *const *args, Py_ssize_t nargs, int async, int to_device)
+{
+    if (!ready)
+        return not_ready();
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, async ? "takes (dst, src, size, stream)" : "takes (context, dst, src, size)");
+        return NULL;
+    }
+    PyObject *const *a = async ? args : args + 1; /* dst, src, size */
+    size_t size = PyLong_AsSize_t(a[2]);
+    if (size == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    void *device, *host, *stream = NULL;
+    Py_buffer view;
+    if (address(to_device ? a[0] : a[1], &device) < 0)
+        return NULL;
+    if (async && address(args[3], &stream) < 0)
+        return NULL;
+    if (!async) {
+        PyObject *other, *failure;
+        int where = in_context(args[0], &other, &failure);
+        if (where < 0)
+            return failure;
+        if (where > 0) {
+            Py_DECREF(other);
+            return PyLong_FromLong(-1);
+        }
+    }
+    if (host_pointer(to_device ? a[1] : a[0], !to_device, size, &view, &host) < 0)
+        return NULL;
+    CUresult err;
+    CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)device;
+    Py_BEGIN_ALLOW_THREADS
+    if (async)
+        err = to_device ? p_cuMemcpyHtoDAsync(dptr, host, size, stream) : p_cuMemcpyDtoHAsync(host, dptr, size, stream);
+    else
+        err = to_device ? p_cuMemcpyHtoD(dptr, host, size) : p_cuMemcpyDtoH(host, dptr, size);
+    Py_END_ALLOW_THREADS
+    release_host(&view);
+    if (async || err == 0)
+        return status(err);
+    return failed(err, to_device ? n_htod : n_dtoh);
+}
+
+static PyObject *
+fp_memcpy_htod_async(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return copy(args, nargs, 1, 1);
+}
+
+static PyObject *
+fp_memcpy_dtoh_async(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return copy(args, nargs, 1, 0);
+}
+
+static PyObject *
+fp_memcpy_htod(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return copy(args, nargs, 0, 1);
+}
+
+static PyObject *
+fp_memcpy_dtoh(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return copy(args, nargs, 0, 0);
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))fp_setup, METH_FASTCALL, "Resolve the entry points; return the problems."},
     {"event_create", (PyCFunction)(void (*)(void))fp_event_create, METH_FASTCALL, NULL},
@@ -452,6 +662,14 @@ static PyMethodDef methods[] = {
     {"mem_free_async", (PyCFunction)(void (*)(void))fp_mem_free_async, METH_FASTCALL, NULL},
     {"launch", (PyCFunction)(void (*)(void))fp_launch, METH_FASTCALL, NULL},
     {"graph_add_empty", (PyCFunction)(void (*)(void))fp_graph_add_empty, METH_FASTCALL, NULL},
+    {"graph_instantiate", (PyCFunction)(void (*)(void))fp_graph_instantiate, METH_FASTCALL, NULL},
+    {"graph_launch", (PyCFunction)(void (*)(void))fp_graph_launch, METH_FASTCALL, NULL},
+    {"graph_exec_destroy", (PyCFunction)(void (*)(void))fp_graph_exec_destroy, METH_FASTCALL, NULL},
+    {"stream_synchronize", (PyCFunction)(void (*)(void))fp_stream_synchronize, METH_FASTCALL, NULL},
+    {"memcpy_htod_async", (PyCFunction)(void (*)(void))fp_memcpy_htod_async, METH_FASTCALL, NULL},
+    {"memcpy_dtoh_async", (PyCFunction)(void (*)(void))fp_memcpy_dtoh_async, METH_FASTCALL, NULL},
+    {"memcpy_htod", (PyCFunction)(void (*)(void))fp_memcpy_htod, METH_FASTCALL, NULL},
+    {"memcpy_dtoh", (PyCFunction)(void (*)(void))fp_memcpy_dtoh, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -469,7 +687,11 @@ PyInit__native(void)
     n_stream_create = PyUnicode_InternFromString("cuStreamCreate");
     n_alloc = PyUnicode_InternFromString("cuMemAllocAsync");
     n_graph_add = PyUnicode_InternFromString("cuGraphAddEmptyNode");
-    if (!n_ctx || !n_event_create || !n_stream_create || !n_alloc || !n_graph_add)
+    n_instantiate = PyUnicode_InternFromString("cuGraphInstantiate");
+    n_htod = PyUnicode_InternFromString("cuMemcpyHtoD");
+    n_dtoh = PyUnicode_InternFromString("cuMemcpyDtoH");
+    if (!n_ctx || !n_event_create || !n_stream_create || !n_alloc || !n_graph_add || !n_instantiate || !n_htod ||
+        !n_dtoh)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -458,14 +458,22 @@ class Buffer(Resource):
         ):
             # Fast path: a host object or pinned buffer, queued on a stream.
             if type(src) is PinnedBuffer:
-                host: Any = src.address
+                if src._closed or src._context._closed:
+                    src._check_open()
+                host: Any = src._handle
+                if type(host) is not int:
+                    host = int(host)
                 size = src._size
             else:
                 host = _host_view(src, "src")
                 size = host.nbytes
             if size != self._size:
                 _check_size(size, self._size)
-            (err,) = driver.cuMemcpyHtoDAsync(self._handle, host, size, stream._handle)
+            fp = _fp
+            if fp is not None:
+                err = fp.memcpy_htod_async(self._handle, host, size, stream._handle)  # compiled: status, raised here
+            else:
+                (err,) = driver.cuMemcpyHtoDAsync(self._handle, host, size, stream._handle)
             if err:
                 raise_status(err, "cuMemcpyHtoDAsync")
             return
@@ -473,6 +481,21 @@ class Buffer(Resource):
             stream = as_stream(stream)
         dst = self.handle
         hstream = None if stream is None else stream.handle
+        if hstream is None and not isinstance(src, Buffer):
+            host = src.address if isinstance(src, PinnedBuffer) else _host_view(src, "src")
+            _check_size(src.size if isinstance(src, PinnedBuffer) else host.nbytes, self._size)
+            fp = _fp
+            # Compiled: the context check and the copy in one call; -1: another context is current (nothing
+            # done), switch in below; a failure comes back as (status, call), raised here.
+            done: Any = fp.memcpy_htod(self._context._int, dst, host, self._size) if fp is not None else -1
+            if done != -1:
+                if done:
+                    raise_status(*done)
+                return
+            (err,) = call_in(self._context, driver.cuMemcpyHtoD, None, dst, host, self._size)
+            if err:
+                raise_status(err, "cuMemcpyHtoD")
+            return
         if isinstance(src, Buffer):
             _check_size(src._size, self._size)
             if hstream is None:
@@ -483,15 +506,11 @@ class Buffer(Resource):
                 hsrc = src.handle
                 (err,) = driver.cuMemcpyDtoDAsync(dst, hsrc, self._size, hstream)
                 call = "cuMemcpyDtoDAsync"
-        else:
+        else:  # a host object queued on a stream the fast path above did not take (a wrapped stream...)
             host = src.address if isinstance(src, PinnedBuffer) else _host_view(src, "src")
             _check_size(src.size if isinstance(src, PinnedBuffer) else host.nbytes, self._size)
-            if hstream is None:
-                (err,) = call_in(self._context, driver.cuMemcpyHtoD, None, dst, host, self._size)
-                call = "cuMemcpyHtoD"
-            else:
-                (err,) = driver.cuMemcpyHtoDAsync(dst, host, self._size, hstream)
-                call = "cuMemcpyHtoDAsync"
+            (err,) = driver.cuMemcpyHtoDAsync(dst, host, self._size, hstream)
+            call = "cuMemcpyHtoDAsync"
         if err:
             raise_status(err, call)
 
@@ -515,9 +534,20 @@ class Buffer(Resource):
             if host.readonly:
                 raise TypeError(f"cannot copy into a read-only {type(dst).__name__}")
             _check_size(host.nbytes, self._size)
+        fp = _fp
         if hstream is None:
+            # Compiled: the context check and the copy in one call; -1: another context is current (nothing
+            # done), switch in with call_in; a failure comes back as (status, call), raised here.
+            done: Any = fp.memcpy_dtoh(self._context._int, host, src, self._size) if fp is not None else -1
+            if done != -1:
+                if done:
+                    raise_status(*done)
+                return
             (err,) = call_in(self._context, driver.cuMemcpyDtoH, None, host, src, self._size)
             call = "cuMemcpyDtoH"
+        elif fp is not None:
+            err = fp.memcpy_dtoh_async(host, src, self._size, hstream)  # compiled: the status back, raised here
+            call = "cuMemcpyDtoHAsync"
         else:
             (err,) = driver.cuMemcpyDtoHAsync(host, src, self._size, hstream)
             call = "cuMemcpyDtoHAsync"

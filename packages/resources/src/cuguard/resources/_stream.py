@@ -225,7 +225,11 @@ class Stream(Resource):
         A kernel fault surfaces here as a sticky :class:`~cuguard.errors.CUDAError`.
         """
         handle = self.handle
-        (err,) = driver.cuStreamSynchronize(handle)
+        fp = _fp
+        if fp is not None:
+            err = fp.stream_synchronize(handle)  # compiled (the GIL released): the status back, raised here
+        else:
+            (err,) = driver.cuStreamSynchronize(handle)
         if err:
             raise_status(err, "cuStreamSynchronize")
 
