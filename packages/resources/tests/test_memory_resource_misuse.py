@@ -1,4 +1,4 @@
-"""A memory resource is the one owner of what it allocated: copies and pickles are refused (O1)."""
+"""Memory resources handed what the misuse sweep hands them: copies (O1), closed and wrong arguments (E3)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cuguard.errors import CUDAError
+from cuguard.errors import CUDAError, ResourceClosedError
 from cuguard.resources import (
     Device,
     DeviceMemoryResource,
@@ -21,7 +21,7 @@ from cuguard.resources import (
     PinnedMemoryResource,
     VirtualMemoryResource,
 )
-from cuguard.testing import record_calls
+from cuguard.testing import record_calls, simulated_driver
 
 COPIERS: dict[str, Callable[[Any], object]] = {
     "copy": copy.copy,
@@ -66,9 +66,77 @@ def test_memory_resources_cannot_be_copied_or_pickled(device: Device, kind: str,
     assert frees
     assert len(frees) == len(set(frees)), frees
     assert mr.held == 0
-    assert mr.buffers == ()
+    assert not mr.buffers
     assert mr.leaked == 0
     close = getattr(mr, "close", None)
     if close is not None:
         close()
     stream.close()
+
+
+def _resource(kind: str, device: Device) -> MemoryResource[Any]:
+    try:
+        return MAKERS[kind](device)
+    except CUDAError as exc:  # a driver without host memory pools refuses PinnedMemoryResource
+        pytest.skip(f"{kind}: {exc}")
+
+
+@pytest.mark.contract("E3", "G1")
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_allocate_refuses_a_closed_stream_before_the_driver(device: Device, kind: str) -> None:
+    mr = _resource(kind, device)
+    stream = device.create_stream()
+    stream.close()
+    with record_calls() as log, pytest.raises(ResourceClosedError, match="closed"):
+        mr.allocate(64, stream)
+    assert log == []
+    assert mr.held == 0
+    with pytest.raises(TypeError, match="stream"):
+        mr.allocate(64, object())  # type: ignore[arg-type]
+    close = getattr(mr, "close", None)
+    if close is not None:
+        close()
+
+
+@pytest.mark.contract("E3")
+def test_prefetch_checks_the_kind_of_every_argument_before_their_values(device: Device) -> None:
+    # A wrong kind of stream is a TypeError even when the buffer is also refused (another resource's).
+    managed = ManagedMemoryResource(device)
+    legacy = LegacyPinnedMemoryResource(device)
+    other = device.allocate(64)
+    with record_calls() as log:
+        with pytest.raises(TypeError, match="stream"):
+            managed.prefetch(other, "host", object())
+        with pytest.raises(ValueError, match="was not allocated by"):
+            managed.prefetch(other, "host", device.default_stream)
+        with pytest.raises(TypeError, match="buffer"):
+            legacy.deallocate(object(), object())  # type: ignore[arg-type]
+    assert log == []
+    other.close()
+
+
+@pytest.mark.contract("O3")
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_a_device_of_an_uninstalled_driver_is_refused_at_construction(kind: str) -> None:
+    with simulated_driver(devices=1):
+        stale = Device(0)
+    with simulated_driver(devices=1) as sim, record_calls() as log:
+        before = {o.handle for o in sim.live_objects()}
+        with pytest.raises(ResourceClosedError, match="no longer installed"):
+            MAKERS[kind](stale)
+        assert {o.handle for o in sim.live_objects()} == before
+    assert log == []
+
+
+@pytest.mark.contract("E3", "G3")
+@pytest.mark.parametrize("value", [-1, 1 << 64, 1 << 70])
+def test_a_byte_count_out_of_range_is_a_value_error_before_the_driver(device: Device, value: int) -> None:
+    with DeviceMemoryResource(device, DeviceMemoryResourceOptions()) as mr:
+        before = mr.attributes.release_threshold
+        with record_calls() as log, pytest.raises(ValueError, match="release_threshold"):
+            mr.attributes.release_threshold = value
+        assert log == []
+        assert mr.attributes.release_threshold == before
+    with record_calls() as log, pytest.raises(ValueError, match="max_size"):
+        DeviceMemoryResource(device, DeviceMemoryResourceOptions(max_size=value))
+    assert log == []

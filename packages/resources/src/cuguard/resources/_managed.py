@@ -36,11 +36,11 @@ _ADVICE: dict[str, tuple[int, bool]] = {
 def _device_of(device: Any, param: str) -> Any:
     from cuguard.resources._device import Device
 
-    if isinstance(device, Device):
-        return device
-    if isinstance(device, bool) or not isinstance(device, int):
+    if isinstance(device, bool) or not isinstance(device, (Device, int)):
         raise wrong_kind(param, "a Device or a device ordinal", device)
-    return Device(device)
+    dev = device if isinstance(device, Device) else Device(device)
+    dev._check_driver()  # a Device of a driver no longer installed is refused here (O3), not at first use
+    return dev
 
 
 def _size(size: object) -> int:
@@ -224,7 +224,7 @@ class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer], Unique):
     def __init__(self, device: Any = None, *, portable: bool = False, write_combined: bool = False) -> None:
         from cuguard.resources._device import Device
 
-        dev = Device() if device is None else _device_of(device, "device")
+        dev = _device_of(Device() if device is None else device, "device")
         for name, value in (("portable", portable), ("write_combined", write_combined)):
             if not isinstance(value, bool):
                 raise wrong_kind(name, "a bool", value)

@@ -31,6 +31,25 @@ __all__ = ["MemoryResource"]
 B = TypeVar("B", Buffer, PinnedBuffer)
 
 
+def stream_argument(stream: object) -> Stream | None:
+    """The ``stream`` argument of a memory resource's method: ``None``, or an open :class:`Stream`.
+
+    Any ``__cuda_stream__`` object is accepted (:func:`~cuguard.resources.as_stream`); another
+    kind raises ``TypeError`` naming ``stream`` (E3), a closed stream (or one of a destroyed
+    context or an uninstalled driver) ``ResourceClosedError``, before the driver is asked.
+    """
+    if stream is None:
+        return None
+    if type(stream) is not Stream:
+        from cuguard.resources._stream import as_stream
+
+        stream = as_stream(stream, "stream")
+    assert isinstance(stream, Stream)
+    if stream._closed or stream._context._closed:
+        stream._check_open()
+    return stream
+
+
 class MemoryResource(Unique, abc.ABC, Generic[B]):
     """A source of memory: :meth:`allocate` hands out buffers, :meth:`deallocate` frees them.
 
@@ -76,10 +95,7 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
         """
         if not isinstance(buffer, (Buffer, PinnedBuffer)):
             raise wrong_kind("buffer", "a Buffer or a PinnedBuffer", buffer)
-        if stream is not None and type(stream) is not Stream:
-            from cuguard.resources._stream import as_stream
-
-            stream = as_stream(stream, "stream")
+        stream = stream_argument(stream)
         if buffer._mr is not self:
             raise ValueError(f"{buffer!r} was not allocated by {self!r}")
         buffer.close(stream)

@@ -17,8 +17,8 @@ from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, r
 from cuguard.resources._base import Resource
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
 from cuguard.resources._memory import _size as _check_size
-from cuguard.resources._memres import MemoryResource
-from cuguard.resources._stream import Stream, as_stream, driver_types
+from cuguard.resources._memres import MemoryResource, stream_argument
+from cuguard.resources._stream import Stream, driver_types
 
 __all__ = [
     "DeviceMemoryResource",
@@ -86,8 +86,8 @@ def _set_attribute(pool: Any, name: str, value: int) -> None:
 def _nonnegative(value: object, param: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise wrong_kind(param, "an int", value)
-    if value < 0:
-        raise ValueError(f"{param} must be 0 or more, not {value}")
+    if not 0 <= value < 1 << 64:  # a byte count the driver takes as a 64-bit unsigned int
+        raise ValueError(f"{param} must be 0 or more and below 2**64, not {value}")
     return value
 
 
@@ -326,8 +326,7 @@ class _PoolResource(MemoryResource[Any], Resource):
     def _check_allocate(self, size: int, stream: Any) -> tuple[int, Stream | None]:
         if type(size) is not int or size < 0:
             size = _check_size(size)
-        if stream is not None and type(stream) is not Stream:
-            stream = as_stream(stream, "stream")
+        stream = stream_argument(stream)
         if self._imported:
             raise ValueError(
                 f"{self!r} was imported from another process: it maps that process's buffers "

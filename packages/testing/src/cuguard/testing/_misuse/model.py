@@ -29,7 +29,9 @@ __all__ = [
     "FOREIGN",
     "KERNELS_CU",
     "KERNELS_PTX",
+    "MEMORY_RESOURCES",
     "POOLED_KINDS",
+    "POOL_RESOURCES",
     "SIZE",
     "BadStream",
     "CallbackBoom",
@@ -49,6 +51,10 @@ SIZE = 64
 KERNELS_PTX = _registry.KERNELS_PTX
 KERNELS_CU = _registry.KERNELS_CU
 
+#: The memory resources: pools (which own a driver handle and close), and the others.
+POOL_RESOURCES = ("DeviceMemoryResource", "PinnedMemoryResource")
+MEMORY_RESOURCES = (*POOL_RESOURCES, "ManagedMemoryResource", "VirtualMemoryResource", "LegacyPinnedMemoryResource")
+
 #: Kinds of cuguard objects the pool holds (the class names), plus the sweep's own
 #: foreign objects that behave like cuguard's inputs.
 POOLED_KINDS = frozenset(
@@ -67,12 +73,25 @@ POOLED_KINDS = frozenset(
         "Graph",
         "ForeignStream",
         "NumpyView",
+        *MEMORY_RESOURCES,
     }
 )
 
 #: Kinds that own a driver handle: copies and pickles must be refused (O1).
 UNIQUE_KINDS = frozenset(
-    {"Context", "Stream", "Event", "Buffer", "PinnedBuffer", "Module", "Kernel", "GraphDefinition", "Node", "Graph"}
+    {
+        "Context",
+        "Stream",
+        "Event",
+        "Buffer",
+        "PinnedBuffer",
+        "Module",
+        "Kernel",
+        "GraphDefinition",
+        "Node",
+        "Graph",
+        *MEMORY_RESOURCES,
+    }
 )
 
 
@@ -203,6 +222,11 @@ class Model:
             "Graph": "x",
             "ForeignStream": "fs",
             "NumpyView": "view",
+            "DeviceMemoryResource": "dmr",
+            "PinnedMemoryResource": "pmr",
+            "ManagedMemoryResource": "mmr",
+            "VirtualMemoryResource": "vmr",
+            "LegacyPinnedMemoryResource": "lmr",
         }.get(kind, "o")
         n = self.counters.get(prefix, 0)
         self.counters[prefix] = n + 1
@@ -321,6 +345,10 @@ class Model:
             return self._own_state(obj.module, "Module", driver)
         if kind in ("GraphDefinition", "Graph"):
             return "closed" if obj._closed else None
+        if kind in POOL_RESOURCES:
+            if obj._closed:
+                return "closed"
+            return self._own_state(obj._context, "Context", driver)
         if kind == "Node":
             return "closed" if obj._state != 0 or obj._graph._closed else None
         return None
@@ -336,6 +364,8 @@ _CAUSES = {
     "Module": ("Module", "Context"),
     "Kernel": ("Kernel", "Module", "Context"),
     "Node": ("Node", "GraphDefinition"),
+    # a resource refuses through what it uses: its context (pools) or its Device (the others)
+    **{kind: (kind, "Context", "Device") for kind in MEMORY_RESOURCES},
 }
 
 

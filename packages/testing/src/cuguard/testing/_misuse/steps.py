@@ -208,6 +208,7 @@ def setup(s: Session) -> None:
     if s0 is not None:
         _make(s, "dev0.allocate(64, stream=s0)", "Device.allocate", lambda: dev0.allocate(SIZE, s0))
     _make(s, "dev0.allocate_pinned(64)", "Device.allocate_pinned", lambda: dev0.allocate_pinned(SIZE))
+    memory_resources(s, dev0, s0)
     mod = _make(s, "dev0.load_module(IMAGE)", "Device.load_module", lambda: dev0.load_module(s.image()))
     if mod is not None:
         _make(s, "mod0.get_kernel('fill_u8')", "Module.get_kernel", lambda: mod.get_kernel("fill_u8"))
@@ -222,6 +223,28 @@ def setup(s: Session) -> None:
         if n0 is not None:
             _make(s, "n0.empty()", "Node.empty", n0.empty)
     foreign_streams(s, dev0)
+
+
+def memory_resources(s: Session, dev0: Any, s0: Any) -> None:
+    """One memory resource of each kind on device 0, with a buffer from each."""
+    R = s.L.resources
+    makers: tuple[tuple[str, str, Callable[[], Any]], ...] = (
+        ("DeviceMemoryResource(dev0)", "DeviceMemoryResource", lambda: R.DeviceMemoryResource(dev0)),
+        (
+            "DeviceMemoryResource(dev0, options)",
+            "DeviceMemoryResource",
+            lambda: R.DeviceMemoryResource(dev0, R.DeviceMemoryResourceOptions(max_size=1 << 24)),
+        ),
+        ("PinnedMemoryResource(dev0)", "PinnedMemoryResource", lambda: R.PinnedMemoryResource(dev0)),
+        ("ManagedMemoryResource(dev0)", "ManagedMemoryResource", lambda: R.ManagedMemoryResource(dev0)),
+        ("VirtualMemoryResource(dev0)", "VirtualMemoryResource", lambda: R.VirtualMemoryResource(dev0)),
+        ("LegacyPinnedMemoryResource(dev0)", "LegacyPinnedMemoryResource", lambda: R.LegacyPinnedMemoryResource(dev0)),
+    )
+    for label, op, make in makers:
+        mr = _make(s, label, op, make)
+        if mr is not None:
+            stream = s0 if s0 is not None and coin(s.ch, 50) else None
+            _make(s, f"{label}.allocate(64)", f"{op}.allocate", functools.partial(mr.allocate, SIZE, stream))
 
 
 def teardown(s: Session) -> None:
