@@ -141,3 +141,24 @@ def test_off_by_the_environment_variable() -> None:
     assert out.startswith("False |")
     if REQUIRED:
         assert "CUGUARD_FASTPATH" in out
+
+
+def test_an_extension_older_than_the_python_side_stays_off() -> None:
+    """An extension that lacks a function the Python side uses is off, and the status says to rebuild it."""
+    pytest.importorskip("cuda.bindings.cydriver")
+    code = (
+        "import sys, types\n"
+        "from cuguard import fastpath\n"
+        "old = types.ModuleType('cuguard.fastpath._native')\n"
+        "for name in fastpath.COMPILED[:-1]:\n"
+        "    setattr(old, name, lambda *a: 0)\n"
+        "old.setup = lambda *a: []\n"
+        "sys.modules['cuguard.fastpath._native'] = old\n"
+        "print(fastpath.enabled(), '|', fastpath.status())\n"
+    )
+    env = dict(os.environ)
+    env.pop(fastpath.VARIABLE, None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.startswith("False |"), out
+    assert fastpath.COMPILED[-1] in out
+    assert "rebuild" in out

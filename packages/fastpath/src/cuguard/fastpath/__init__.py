@@ -173,6 +173,10 @@ def _load() -> FastOps | None:
     if missing:
         _reason = f"cuda.bindings.driver lacks {', '.join(missing)}"
         return None
+    stale = [name for name in COMPILED if not hasattr(_native, name)]
+    if stale:  # an extension built from an older _native.c than this package's Python side
+        _reason = f"the compiled extension lacks {', '.join(stale)}: rebuild it from this version's _native.c"
+        return None
     problems = _native.setup(capi, real.CUstream, real.CUevent, real.CUdeviceptr, real.CUgraphNode)
     if problems:
         _reason = "entry points of cuda.bindings.cydriver do not fit: " + "; ".join(problems)
