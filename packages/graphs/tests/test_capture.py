@@ -399,3 +399,17 @@ def test_a_collected_builder_ends_its_capture(cuguard_driver: Any, dev: Device, 
     stream.sync()  # no longer capturing
     if isinstance(cuguard_driver, SimulatedDriver):
         assert not cuguard_driver.misuse
+
+
+@pytest.mark.contract("G3")
+def test_a_split_failing_after_a_fork_joined_keeps_that_fork_until_the_capture_ends(
+    cuguard_driver: Any, dev: Device, stream: Stream
+) -> None:
+    with leak_check():
+        builder = GraphBuilder(stream).begin_building()
+        with inject("cuStreamWaitEvent", OUT_OF_MEMORY, nth=2), pytest.raises(CUDAError):
+            builder.split(3)  # the first fork's stream joined the capture before the second wait failed
+        assert builder.is_building
+        builder.end_building()  # nothing follows the kept fork's fork point: the capture ends
+        builder.close()
+        settle(cuguard_driver)

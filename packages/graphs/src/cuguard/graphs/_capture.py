@@ -179,7 +179,7 @@ class GraphBuilder(_Collected):
     # A root's forks (weakly: a fork refers to its root, and no cycle may let a fork's stream be
     # collected before the root has ended the capture) with their streams, in the order made.
     _forks: list[tuple[weakref.ref[GraphBuilder], Stream]]
-    _events: list[Event]  # a root's fork and join events, destroyed with the forks
+    _events: list[Event]  # a root's fork and join events: the capture's waits use them until it ends
     _joined: bool
     _owners: dict[int, object]
     _definition: GraphDefinition | None
@@ -239,8 +239,9 @@ class GraphBuilder(_Collected):
         """The definition the last :meth:`end_building` made; ``RuntimeError`` before one exists.
 
         The builder owns it: the next successful :meth:`end_building` closes it and
-        makes a new one, and :meth:`close` closes it (executable graphs made from it
-        are unaffected).
+        makes a new one (a failure to destroy the old graph is a ``CUDAWarning``: it
+        is leaked), and :meth:`close` closes it (executable graphs made from it are
+        unaffected).
         """
         self._check_open()
         if self._definition is None:
@@ -319,7 +320,13 @@ class GraphBuilder(_Collected):
         building and the stream is usable. Otherwise (for example
         ``CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`` from another thread in a mode
         that is not relaxed) the capture goes on and the builder is still
-        building. Raises ``RuntimeError`` for a fork or when not building.
+        building. After a successful end the forks' streams and events are
+        destroyed and the graph adopted (``cuUserObjectCreate``,
+        ``cuGraphRetainUserObject`` when something is kept alive); when one of
+        those fails the captured graph is destroyed and the error raised: nothing
+        is made, the builder is no longer building, and what could not be
+        destroyed is leaked (W5). Raises ``RuntimeError`` for a fork or when not
+        building.
         """
         self._check_open()
         if self._root is not None:
@@ -336,14 +343,13 @@ class GraphBuilder(_Collected):
                     self._finish(exc)
                 raise
         owners = self._owners
-        self._owners = {}
-        self._building = False
-        try:
-            definition = GraphDefinition._adopt(graph, self._context, owners, 0)
-        except BaseException as exc:  # _adopt destroyed the graph (G1)
-            self._finish(exc)
-            raise
-        self._finish(None)
+        failure = self._finish(None)
+        if failure is not None:  # a fork's stream or event could not be closed: make nothing (G1)
+            (undo,) = driver.cuGraphDestroy(graph)
+            if undo:
+                add_failure_note(failure, undo, "cuGraphDestroy", graph)
+            raise failure
+        definition = GraphDefinition._adopt(graph, self._context, owners, 0)  # destroys the graph if it raises
         previous, self._definition = self._definition, definition
         if previous is not None:
             _close_into(previous, None)
@@ -361,19 +367,25 @@ class GraphBuilder(_Collected):
             return False
         return int(status) == 0
 
-    def _finish(self, exc: BaseException | None) -> None:
-        """The capture has ended: close the forks' streams and the fork and join events (failures: notes, warnings)."""
+    def _finish(self, exc: BaseException | None) -> BaseException | None:
+        """The capture has ended: close the forks' streams and the fork and join events.
+
+        Failures are notes on ``exc`` when given; otherwise the first is returned (the
+        others its notes) for the caller to raise. What failed to close is leaked (W5).
+        """
         self._building = False
         self._owners = {}
-        forks, events = self._forks, self._events
-        self._forks, self._events = [], []
+        forks, self._forks = self._forks, []
+        events, self._events = self._events, []
+        first = exc
         for ref, stream in forks:
             fork = ref()
-            if fork is not None:
+            if fork is not None and fork is not self:
                 fork._joined = True
-            _close_into(stream, exc)
+            first = _close_noting(stream, first)
         for event in events:
-            _close_into(event, exc)
+            first = _close_noting(event, first)
+        return None if first is exc else first
 
     def complete(self) -> Graph:
         """An executable :class:`~cuguard.graphs.Graph` of :attr:`definition` (see ``GraphDefinition.instantiate``).
@@ -497,60 +509,77 @@ class GraphBuilder(_Collected):
         """Fork the capture: ``(self, fork, ...)``, ``count`` builders in all, each following the work so far.
 
         Each fork captures on a new non-blocking stream of this builder's
-        context that waits for an event recorded here (``cuEventCreate``,
-        ``cuEventRecord``, ``cuStreamCreate``, ``cuStreamWaitEvent`` per fork).
-        Join the forks back with :meth:`join` before :meth:`end_building`
-        (otherwise it fails with ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``). The fork
-        streams are closed when the capture ends.
+        context. Steps: ``cuStreamCreate`` per fork and one ``cuEventCreate``
+        (all made first), ``cuEventRecord`` here, then ``cuStreamWaitEvent`` per
+        fork (its stream joins the capture); the event is closed with the capture. Join the
+        forks back with :meth:`join` before :meth:`end_building` (otherwise it
+        fails with ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``). The fork streams are
+        closed when the capture ends.
 
         Raises ``TypeError``/``ValueError`` for a count that is not an int of 1
-        or more and ``RuntimeError`` when not building, before the driver; on a
-        driver refusal :class:`~cuguard.errors.CUDAError`: no fork is returned,
-        the forks already made take no further part (their streams have no work
-        after the fork point, so the capture can still end) and are closed with
-        the capture.
+        or more and ``RuntimeError`` when not building, before the driver. On a
+        driver refusal :class:`~cuguard.errors.CUDAError` is raised, no fork is
+        returned and the streams and the event made are destroyed again (G1),
+        except, for ``count`` above 2, the streams whose wait succeeded before
+        the one that failed: a stream that took part in a capture leaves it only
+        when the capture ends, so they are kept, take no further part (no work
+        follows their fork point, so the capture can still end) and are closed
+        with the capture.
         """
         if isinstance(count, bool) or not isinstance(count, int):
             raise wrong_kind("count", "an int", count)
         if count < 1:
             raise ValueError(f"count must be 1 or more, not {count}")
         self._check_capturing("split")
+        if count == 1:
+            return (self,)
         root = self._root_builder()
+        context, device = self._context, self._stream._device
+        streams: list[Stream] = []
+        event: Event | None = None
+        joined = 0
+        try:
+            for _ in range(count - 1):
+                streams.append(Stream._make(call_in(context, _create_stream, _destroy_stream), context, device))
+            event = Event._create(context, device, timing=False)
+            event.record(self._stream)
+            for stream in streams:
+                (err,) = driver.cuStreamWaitEvent(stream._handle, event._handle, 0)
+                if err:
+                    raise_status(err, "cuStreamWaitEvent")
+                joined += 1
+        except BaseException as exc:
+            for stream in streams[:joined]:
+                root._forks.append((weakref.ref(root), stream))  # in the capture now: closed when it ends
+            for stream in streams[joined:]:
+                _close_noting(stream, exc)
+            if event is not None:
+                _close_noting(event, exc)
+            raise
+        root._events.append(event)  # closed when the capture ends
         made: list[GraphBuilder] = [self]
-        for _ in range(count - 1):
-            made.append(self._fork(root))
+        for stream in streams:
+            fork = object.__new__(GraphBuilder)
+            fork._setup(stream, self._mode, root)
+            root._forks.append((weakref.ref(fork), stream))  # its stream is closed with the capture
+            made.append(fork)
         return tuple(made)
-
-    def _fork(self, root: GraphBuilder) -> GraphBuilder:
-        context = self._context
-        event = Event._create(context, self._stream._device, timing=False)
-        root._events.append(event)  # closed with the capture, also when a later step fails
-        event.record(self._stream)
-        handle = call_in(context, _create_stream, _destroy_stream)
-        stream = Stream._make(handle, context, self._stream._device)
-        fork = object.__new__(GraphBuilder)
-        fork._setup(stream, self._mode, root)
-        fork._joined = True  # takes no part until its wait succeeds
-        root._forks.append((weakref.ref(fork), stream))  # its stream is closed with the capture
-        (err,) = driver.cuStreamWaitEvent(handle, event._handle, 0)
-        if err:
-            raise_status(err, "cuStreamWaitEvent")
-        fork._joined = False
-        return fork
 
     def join(self, *forks: GraphBuilder) -> GraphBuilder:
         """Make this builder's next work wait for everything ``forks`` captured; return this builder.
 
-        One ``cuEventCreate``/``cuEventRecord``/``cuStreamWaitEvent`` per fork,
-        in order. A joined fork takes no further part (its use raises
-        ``RuntimeError``); its stream is closed when the capture ends. Not
-        all-or-nothing: when a join fails, :class:`~cuguard.errors.CUDAError` is
-        raised, the forks before it are joined and it and those after are not
-        (they stay usable: join them again, or end the capture, which fails with
-        ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED`` when they captured work, and closes
-        them). Raises ``TypeError`` for something that is not a fork of this
-        capture, ``ValueError`` for this builder itself, a fork given twice or one
-        joined already, before the driver.
+        Per fork, in order: ``cuEventCreate``, ``cuEventRecord`` on the fork,
+        ``cuStreamWaitEvent`` here (the event is closed with the capture). A joined
+        fork takes no further part (its use raises ``RuntimeError``); its stream
+        is closed when the capture ends. Not all-or-nothing: when a join fails,
+        :class:`~cuguard.errors.CUDAError` is raised, the forks before it are
+        joined, and it and those after are not (they stay usable: join them
+        again, or end the capture, which fails with
+        ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED`` when they captured work, and
+        closes them); the failed join's event is destroyed. Raises ``TypeError``
+        for something that is not a builder, ``ValueError`` for this builder
+        itself, a builder that is not an open fork of this capture, a fork given
+        twice or one joined already, before the driver.
         """
         self._check_capturing("join")
         root = self._root_builder()
@@ -567,12 +596,16 @@ class GraphBuilder(_Collected):
             seen.add(id(fork))
         for fork in forks:
             event = Event._create(self._context, self._stream._device, timing=False)
-            root._events.append(event)
-            event.record(fork._stream)
-            (err,) = driver.cuStreamWaitEvent(self._stream.handle, event._handle, 0)
-            if err:
-                raise_status(err, "cuStreamWaitEvent")
+            try:
+                event.record(fork._stream)
+                (err,) = driver.cuStreamWaitEvent(self._stream.handle, event._handle, 0)
+                if err:
+                    raise_status(err, "cuStreamWaitEvent")
+            except BaseException as exc:
+                _close_noting(event, exc)
+                raise
             fork._joined = True
+            root._events.append(event)  # closed when the capture ends
         return self
 
     # --- release ---
@@ -600,7 +633,9 @@ class GraphBuilder(_Collected):
                     raise_status(err, call)
                 except CUDAError as exc:
                     first = exc
-        self._finish(first)
+        failure = self._finish(first)
+        if first is None:
+            first = failure
         definition, self._definition = self._definition, None
         if definition is not None:
             try:
@@ -636,10 +671,25 @@ class GraphBuilder(_Collected):
                 err, call = _abandon_capture(self._stream._handle)
                 if err:
                     report(err, call, self._stream._handle, "the capture's graph was leaked")
-            self._finish(None)
+            failure = self._finish(None)
+            if isinstance(failure, CUDAError):
+                report_error(failure, self._stream._handle, "what the builder made was leaked")
         except CUDAError as exc:
             report_error(exc, self._stream._handle, "what the builder made was leaked")
         self._definition = None  # collected by itself
+
+
+def _close_noting(resource: Stream | Event, exc: BaseException | None) -> BaseException | None:
+    """Close ``resource``; a failure becomes a note on ``exc``, or is returned when ``exc`` is None."""
+    try:
+        resource.close()
+    except CUDAError as failure:
+        if exc is None:
+            return failure
+        add_failure_note(exc, failure)
+    except ResourceClosedError:
+        pass  # closed already, or of an uninstalled driver: nothing of it is released here
+    return exc
 
 
 def _close_into(resource: Stream | Event | GraphDefinition, exc: BaseException | None) -> None:
