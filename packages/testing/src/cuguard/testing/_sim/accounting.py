@@ -34,7 +34,8 @@ class LiveObject:
     ``"device_memory"``, ``"host_memory"``, ``"module"``, ``"library"``,
     ``"graph"``, ``"graph_exec"``, ``"user_object"``, and for virtual memory
     ``"address_range"``, ``"physical_memory"`` and ``"memory_mapping"`` (a
-    mapping's handle is its address). ``handle`` is the handle (or address)
+    mapping's handle is its address), and ``"memory_pool"`` for memory pools
+    created or imported (a device's default pool is not one). ``handle`` is the handle (or address)
     as an int, ``context`` the handle of the context that was current (or
     owned the stream) when it was created, ``None`` when none was or for
     contexts themselves, and ``call`` the driver function that
