@@ -4,12 +4,18 @@
   (``empty``, ``join``, ``memset``, ``memcpy``, ``launch``, ``callback``,
   ``record``, ``wait``, ``allocate``, ``deallocate``, ``embed``); ``nodes`` and
   ``edges`` read the topology from the driver; ``connect``/``disconnect``
-  change edges; ``clone``; ``instantiate``.
+  change edges; ``clone``; ``instantiate``; ``create_condition`` and the
+  conditional builders (``if_then``, ``if_else``, ``while_loop``, ``switch``).
+- :class:`GraphCondition`: a condition handle; :class:`ConditionalBody`: a body
+  of a conditional node (``node.branches``), filled like a definition.
 - :class:`Node`: one node; ``pred``/``succ`` are live set-like views
   (:class:`EdgeView`) of its edges; the same builders make dependent nodes;
   ``set_params``/``set_args`` change a kernel node; ``destroy``.
 - :class:`Graph`: an executable graph: ``launch``, ``upload``, ``update``
-  (refusals raise :class:`GraphUpdateError` saying why), ``close``.
+  (refusals raise :class:`GraphUpdateError` saying why), per-node changes
+  (``set_kernel_params``, ``set_memset_params``, ``set_memcpy_params``,
+  ``set_callback``, ``set_event``, ``set_child``, ``set_enabled``,
+  ``is_enabled``), ``close``.
 - :class:`GraphBuilder`: stream capture (``begin_building``, ``end_building``,
   ``complete``, ``split``, ``join``, ``embed``, ``callback``, ``launch``); the
   builder is a stream while it builds. :func:`exchange_capture_mode` and
@@ -26,6 +32,8 @@ from cuguard.graphs._capture import CAPTURE_MODES as CAPTURE_MODES
 from cuguard.graphs._capture import GraphBuilder as GraphBuilder
 from cuguard.graphs._capture import capture_mode as capture_mode
 from cuguard.graphs._capture import exchange_capture_mode as exchange_capture_mode
+from cuguard.graphs._conditional import ConditionalBody as ConditionalBody
+from cuguard.graphs._conditional import GraphCondition as GraphCondition
 from cuguard.graphs._definition import GraphDefinition as GraphDefinition
 from cuguard.graphs._executable import Graph as Graph
 from cuguard.graphs._executable import GraphUpdateError as GraphUpdateError
@@ -36,9 +44,11 @@ from cuguard.graphs._nodes import Node as Node
 
 __all__ = [
     "CAPTURE_MODES",
+    "ConditionalBody",
     "EdgeView",
     "Graph",
     "GraphBuilder",
+    "GraphCondition",
     "GraphDefinition",
     "GraphUpdateError",
     "Node",

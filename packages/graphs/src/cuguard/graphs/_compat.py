@@ -1,7 +1,8 @@
 """Differences between cuda-bindings 12.9 and 13.x signatures used by the graph layer.
 
-13.x added an ``edgeData`` argument to the edge functions and an ``edgeData``
-output to the edge queries; these helpers hide that. Each returns what the
+13.x added an ``edgeData`` argument to the edge functions and to
+``cuGraphAddNode`` and an ``edgeData`` output to the edge queries; these
+helpers hide that. Each returns what the
 driver returned, status first.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from cuguard.errors import driver
 
-__all__ = ["add_edge", "get_edges", "node_dependencies", "node_dependents", "remove_edge"]
+__all__ = ["add_edge", "add_node", "get_edges", "node_dependencies", "node_dependents", "remove_edge"]
 
 
 @lru_cache(maxsize=1)
@@ -32,6 +33,13 @@ def add_edge(graph: Any, a: Any, b: Any) -> Any:
     if _NEW_EDGE_API:
         return driver.cuGraphAddDependencies(graph, [a], [b], None, 1)[0]
     return driver.cuGraphAddDependencies(graph, [a], [b], 1)[0]
+
+
+def add_node(graph: Any, dependencies: list[Any] | None, count: int, params: Any) -> tuple[Any, Any]:
+    """``(status, node)`` of ``cuGraphAddNode`` with default edges to ``dependencies``."""
+    if _NEW_EDGE_API:
+        return driver.cuGraphAddNode(graph, dependencies, None, count, params)  # type: ignore[no-any-return]
+    return driver.cuGraphAddNode(graph, dependencies, count, params)  # type: ignore[no-any-return]
 
 
 def remove_edge(graph: Any, a: Any, b: Any) -> Any:

@@ -9,7 +9,7 @@ Arguments are validated before any driver call (E3).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
@@ -49,6 +49,9 @@ from cuguard.resources import (
     PinnedBuffer,
 )
 from cuguard.resources._fast import follow_fastpath
+
+if TYPE_CHECKING:
+    from cuguard.graphs._conditional import GraphCondition
 
 __all__ = ["GraphDefinition"]
 
@@ -879,6 +882,8 @@ class GraphDefinition(_Collected):
         """
         if not isinstance(child, GraphDefinition):
             raise TypeError(f"child must be a GraphDefinition, not {type(child).__name__}")
+        if child._root() is not child:
+            raise TypeError(f"child must be a GraphDefinition, not a conditional body ({child!r})")
         if child is self:
             raise ValueError("a graph definition cannot embed itself")
         child_handle = child.handle
@@ -898,6 +903,68 @@ class GraphDefinition(_Collected):
         )
         child._shared = True  # CUDA copied its user-object references into the child graph node
         return node
+
+    # --- conditional nodes (see the conditional module) ---
+
+    def create_condition(self, default: int | None = None) -> GraphCondition:
+        """A condition handle for conditional nodes of this definition (``cuGraphConditionalHandleCreate``).
+
+        ``default`` (0 to 2**32 - 1) is assigned at the start of every launch;
+        with ``None`` the value persists between launches (undefined at the
+        first, a CUDA rule). Kernels set it on the device; see
+        :class:`GraphCondition`. Needs the definition's context (created with a
+        device; ``ValueError`` otherwise, before the driver). Runs in that
+        context. Raises :class:`~cuguard.errors.CUDAError` if the driver
+        refuses; CUDA frees handles with their graph, so nothing is left to
+        release.
+        """
+        from cuguard.graphs import _conditional
+
+        return _conditional.create_condition(self, default)
+
+    def if_then(self, condition: GraphCondition, *, deps: Iterable[Node] = ()) -> Node:
+        """A conditional node running its one body when ``condition`` is non-zero.
+
+        The node's ``branches`` is ``(then,)``, a :class:`ConditionalBody` to
+        fill with nodes. ``condition`` must belong to this definition or to a
+        definition (or body) holding it. One driver call (``cuGraphAddNode``),
+        in the condition's context: on failure no node and no body exist
+        (:class:`~cuguard.errors.CUDAError`); bad arguments raise
+        ``TypeError``/``ValueError`` before the driver.
+        """
+        from cuguard.graphs import _conditional
+
+        return _conditional.add_conditional(self, "if", condition, 1, deps)
+
+    def if_else(self, condition: GraphCondition, *, deps: Iterable[Node] = ()) -> Node:
+        """A conditional node with ``branches`` ``(then, else)``: ``then`` runs when ``condition`` is non-zero.
+
+        Otherwise ``else`` runs.
+
+        Arguments and failures as in :meth:`if_then`.
+        """
+        from cuguard.graphs import _conditional
+
+        return _conditional.add_conditional(self, "if", condition, 2, deps)
+
+    def while_loop(self, condition: GraphCondition, *, deps: Iterable[Node] = ()) -> Node:
+        """A conditional node running its one body as long as ``condition`` is non-zero (checked before each run).
+
+        A kernel in the body must set the condition to 0 to end the loop.
+        Arguments and failures as in :meth:`if_then`.
+        """
+        from cuguard.graphs import _conditional
+
+        return _conditional.add_conditional(self, "while", condition, 1, deps)
+
+    def switch(self, condition: GraphCondition, count: int, *, deps: Iterable[Node] = ()) -> Node:
+        """A conditional node with ``count`` bodies: body ``n`` runs when ``condition`` is ``n`` (none past the last).
+
+        Arguments and failures as in :meth:`if_then`; ``count`` must be 1 or more.
+        """
+        from cuguard.graphs import _conditional
+
+        return _conditional.add_conditional(self, "switch", condition, _conditional.conditional_size(count), deps)
 
     # --- whole-graph operations ---
 
@@ -925,6 +992,8 @@ class GraphDefinition(_Collected):
                 if err:
                     raise_status(err, "cuGraphNodeFindInClone")
                 twin = Node._make(copy, found, node._kind, node._order, dict(node._info))
+                if "branches" in twin._info:
+                    twin._info["branches"] = ()  # CUDA copied the bodies; the driver cannot list them
                 copy._nodes[twin._int] = twin
                 copy._found[node._int] = twin
         except BaseException as exc:
@@ -1023,6 +1092,9 @@ class GraphDefinition(_Collected):
 
     def _forget(self) -> None:
         """Drop this object's own references to nodes and owners (the payload keeps what CUDA may use)."""
+        for body in list(self._bodies):
+            body._close_with_node()  # CUDA destroys the bodies of conditional nodes with the graph
+        self._bodies = []
         self._nodes = {}
         self._fresh = []
         self._found = {}

@@ -37,6 +37,7 @@ from cuguard.resources import (
 )
 
 if TYPE_CHECKING:
+    from cuguard.graphs._conditional import ConditionalBody, GraphCondition
     from cuguard.graphs._definition import GraphDefinition
 
 __all__ = ["EdgeView", "Node"]
@@ -156,6 +157,26 @@ class Node(Unique):
         if self._kind != "mem_alloc" or "ptr" not in self._info:
             raise TypeError(f"{self!r} is not a memory allocation node")
         return int(self._info["ptr"])
+
+    @property
+    def branches(self) -> tuple[ConditionalBody, ...]:
+        """The bodies of a conditional node, in CUDA's order; ``TypeError`` for other kinds.
+
+        ``(then,)`` for :meth:`GraphDefinition.if_then` and ``while_loop``,
+        ``(then, else)`` for ``if_else``, one per value for ``switch``. Empty
+        for the copy of a conditional node in a clone (CUDA copied the bodies
+        and cannot list them) and for conditional nodes cuguard did not make.
+        """
+        if self._kind != "conditional":
+            raise TypeError(f"{self!r} is not a conditional node")
+        return tuple(self._info.get("branches", ()))
+
+    @property
+    def condition(self) -> GraphCondition | None:
+        """The condition of a conditional node (``None`` if cuguard did not make it); ``TypeError`` for other kinds."""
+        if self._kind != "conditional":
+            raise TypeError(f"{self!r} is not a conditional node")
+        return self._info.get("condition")
 
     @property
     def params(self) -> dict[str, Any]:
@@ -309,6 +330,8 @@ class Node(Unique):
                 f"{self!r} was leaked: it stays in the definition with its edges and is never used again",
             )
         self._graph._nodes.pop(self._int, None)
+        for body in self._info.get("branches", ()):
+            body._close_with_node()  # CUDA destroyed the bodies with the node
 
     # --- builders: a new node that depends on this one ---
 
@@ -371,6 +394,22 @@ class Node(Unique):
     def embed(self, child: GraphDefinition) -> Node:
         """A child-graph node after this node; see :meth:`GraphDefinition.embed`."""
         return self._graph.embed(child, deps=(self,))
+
+    def if_then(self, condition: GraphCondition) -> Node:
+        """A conditional if node after this node; see :meth:`GraphDefinition.if_then`."""
+        return self._graph.if_then(condition, deps=(self,))
+
+    def if_else(self, condition: GraphCondition) -> Node:
+        """A conditional if-else node after this node; see :meth:`GraphDefinition.if_else`."""
+        return self._graph.if_else(condition, deps=(self,))
+
+    def while_loop(self, condition: GraphCondition) -> Node:
+        """A conditional while node after this node; see :meth:`GraphDefinition.while_loop`."""
+        return self._graph.while_loop(condition, deps=(self,))
+
+    def switch(self, condition: GraphCondition, count: int) -> Node:
+        """A conditional switch node after this node; see :meth:`GraphDefinition.switch`."""
+        return self._graph.switch(condition, count, deps=(self,))
 
 
 class EdgeView(MutableSet[Node]):

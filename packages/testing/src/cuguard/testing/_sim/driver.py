@@ -10,6 +10,7 @@ from typing import Any
 
 from cuguard.errors import flush_deferred, use_driver
 from cuguard.testing._sim.capture import SimCapture
+from cuguard.testing._sim.conditional import SimConditional
 from cuguard.testing._sim.graphs import SimGraphs
 from cuguard.testing._sim.launches import SimLaunches
 from cuguard.testing._sim.pools import SimPools
@@ -31,7 +32,7 @@ SIM_DEVICES_VARIABLE = "CUGUARD_SIM_DEVICES"
 SIM_STAND_INS_VARIABLE = "CUGUARD_SIM_STAND_INS"
 
 
-class SimulatedDriver(SimCapture, SimExecUpdates, SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
+class SimulatedDriver(SimCapture, SimConditional, SimExecUpdates, SimVmm, SimGraphs, SimLaunches, SimQueries, SimPools):
     """A CPU-only CUDA driver with the functions of ``cuda.bindings.driver``.
 
     Every driver function has the name, parameters and return convention of

@@ -381,8 +381,7 @@ class SimGraphs(SimCore):
     def _destroy_graph(self, graph: Graph) -> None:
         graph.destroyed = True
         for node in graph.nodes.values():
-            if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
-                self._destroy_graph(node.spec)
+            self._destroy_owned(node)
         self._release_refs(graph.user_refs)
         self._drop_live(graph.handle)
 
@@ -404,9 +403,7 @@ class SimGraphs(SimCore):
         """Copy the nodes and edges of ``source`` into ``target``; child graphs get their own references."""
         mapping: dict[int, Node] = {}
         for node in source.nodes.values():
-            spec = node.spec
-            if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
-                spec = self._child_copy(node.spec)
+            spec = self._copied_spec(node)
             copy = Node(self._handle(), target, node.type, spec)
             target.nodes[copy.handle] = copy
             self._nodes[copy.handle] = copy
@@ -414,6 +411,12 @@ class SimGraphs(SimCore):
         for a, b in source.edges:
             self._link(mapping[a], mapping[b])
         target.origin = {original: copy.handle for original, copy in mapping.items()}
+
+    def _copied_spec(self, node: Node) -> Any:
+        """The spec of a copy of ``node`` (clone, embed): a child graph is copied with its references."""
+        if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
+            return self._child_copy(node.spec)
+        return node.spec
 
     def _child_copy(self, source: Graph) -> Graph:
         """A child graph copying ``source``, holding its own clones of ``source``'s user-object references."""
@@ -806,9 +809,13 @@ class SimGraphs(SimCore):
             self._unlink(node, out)
         node.destroyed = True
         del node.graph.nodes[node.handle]
-        if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
-            self._destroy_graph(node.spec)  # the child graph and its user-object references go with it
+        self._destroy_owned(node)  # a child graph and its user-object references go with it
         return OK
+
+    def _destroy_owned(self, node: Node) -> None:
+        """Destroy the graphs ``node`` owns (a child graph node's copy)."""
+        if node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
+            self._destroy_graph(node.spec)
 
     @staticmethod
     def _has_memory_nodes(graph: Graph) -> bool:
@@ -992,6 +999,7 @@ class SimGraphs(SimCore):
                 raise Status(INVALID_VALUE)  # its previous allocation was not freed
         for fn in self._step_kernels([s for i, s in enumerate(ex.steps) if i not in ex.disabled]):
             self._require_stand_in(fn)
+        self._launch_begins(st, ex)
         for i, (kind, spec) in enumerate(ex.steps):
             if i in ex.disabled:
                 self._enqueue(st, "cuGraphLaunch", None)  # a disabled node runs as an empty node
@@ -1000,6 +1008,9 @@ class SimGraphs(SimCore):
         ex.launches = self._in_flight(ex.launches)
         ex.launches.append((st, self._op_seq))
         return OK
+
+    def _launch_begins(self, st: Stream, ex: Exec) -> None:
+        """Stream-ordered work a launch of ``ex`` does before its first node (none here)."""
 
     def _launch_step(self, st: Stream, kind: Any, spec: Any) -> None:
         call = "cuGraphLaunch"
