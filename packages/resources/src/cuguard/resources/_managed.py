@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuguard.context import call_in
-from cuguard.errors import Unique, driver, raise_status, wrong_kind
+from cuguard.errors import driver, raise_status, wrong_kind
 from cuguard.resources import _compat
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
 from cuguard.resources._memres import MemoryResource, stream_argument
@@ -95,7 +95,7 @@ def _advise(ptr: Any, size: int, advice: Any, location: Any) -> None:
         raise_status(err, _compat.ADVISE_CALL)
 
 
-class ManagedMemoryResource(MemoryResource[Buffer], Unique):
+class ManagedMemoryResource(MemoryResource[Buffer]):
     """Managed (unified) memory of ``cuMemAllocManaged``, usable from the host and the devices.
 
     ``ManagedMemoryResource(device, *, attach="global")``: ``device`` (a
@@ -207,7 +207,7 @@ _HOST_ALLOC_PORTABLE = 0x1
 _HOST_ALLOC_WRITECOMBINED = 0x4
 
 
-class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer], Unique):
+class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
     """Page-locked host memory of ``cuMemHostAlloc``, through the memory-resource interface.
 
     ``LegacyPinnedMemoryResource(device=None, *, portable=False,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import CUDAError, Unique, add_failure_note, driver, raise_status, wrong_kind
+from cuguard.errors import CUDAError, add_failure_note, driver, raise_status, wrong_kind
 from cuguard.resources._memory import Buffer
 from cuguard.resources._memres import MemoryResource, stream_argument
 from cuguard.resources._stream import Stream, driver_types
@@ -214,7 +214,7 @@ class _Growth:
         self.maps: list[tuple[int, int]] = []
 
 
-class VirtualMemoryResource(MemoryResource[Buffer], Unique):
+class VirtualMemoryResource(MemoryResource[Buffer]):
     """Device memory through the CUDA virtual memory management API: buffers that can grow.
 
     ``VirtualMemoryResource(device, options=None)``: ``device`` is a
