@@ -244,3 +244,18 @@ def test_prefetch_and_advice_of_memory_that_is_not_managed_are_refused(sim: Simu
         sim.managed_state(ptr)
     assert sim.cuStreamDestroy(stream) == (OK,)
     assert sim.cuMemFree(ptr) == (OK,)
+
+
+@pytest.mark.contract("B3")
+def test_leak_check_counts_ranges_physical_memory_and_mappings(sim: SimulatedDriver) -> None:
+    from cuguard.errors import driver
+    from cuguard.testing import leak_check
+
+    with pytest.raises(AssertionError) as info, leak_check():
+        va, handle = _mapped(driver)
+    for kind in ("address_range", "physical_memory", "memory_mapping"):
+        assert kind in str(info.value)
+    _unmapped_all(driver, va, handle)
+    with leak_check():  # made and released inside: nothing to report
+        va, handle = _mapped(driver)
+        _unmapped_all(driver, va, handle)
