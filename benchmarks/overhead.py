@@ -116,7 +116,9 @@ KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
 #                   is the cost of cuguard's Python objects and checks.
 #   raw_user_object: the raw calls on a graph that holds a CUDA user object, as every instantiated cuguard
 #                   definition does (it keeps what the nodes use alive, W5): the driver's share of a gap.
-DIAGNOSTICS = ("compiled_floor", "raw_user_object")
+#   raw_no_switch, cuguard_no_switch: (switch_restore_event only) the same event create+close with the device's
+#                   context current: what the switch itself costs each side is its variant minus these.
+DIAGNOSTICS = ("compiled_floor", "raw_user_object", "raw_no_switch", "cuguard_no_switch")
 
 
 def _native() -> Any:
@@ -686,6 +688,33 @@ def op_switch(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def raw_event() -> Variant:
+        create, destroy = D.cuEventCreate, D.cuEventDestroy
+
+        def fn() -> None:
+            err, h = create(2)
+            if err:
+                _fail(err, "cuEventCreate")
+            (err,) = destroy(h)
+            if err:
+                _fail(err, "cuEventDestroy")
+
+        return Variant(fn)
+
+    def no_switch(variant: Variant, pure: bool = False) -> Variant:
+        """``variant`` run with the device's context current (the other one current again after each batch)."""
+        if variant.fn is None:
+            return variant
+        fastpath = _fastpath()
+
+        def prepare() -> None:
+            if pure and fastpath is not None:
+                fastpath.disable()
+            dev.set_current()
+
+        variant.prepare, variant.after = prepare, setup
+        return variant
+
     setup()
     try:
         op.variants = {
@@ -694,6 +723,8 @@ def op_switch(env: Env) -> Operation:
             "cuda_core": Variant(
                 reason="cuda.core has no switch-and-restore: its Device methods work in the current context"
             ),
+            "raw_no_switch": no_switch(_build("raw_no_switch", raw_event)),
+            "cuguard_no_switch": no_switch(_build("cuguard_no_switch", guarded), pure=True),
         }
         _, now = D.cuCtxGetCurrent()
         if int(now) != int(holder["other"].handle):
