@@ -217,19 +217,19 @@ def test_ipc_refusals_come_before_the_driver(device: Device, ipc_mr: DeviceMemor
         with pytest.raises(ValueError, match="cannot be shared"):
             unpooled.get_ipc_descriptor()
         with pytest.raises(TypeError, match="mr"):
-            Buffer.from_ipc_descriptor(object(), None)
+            Buffer.from_ipc_descriptor(object(), None)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="descriptor"):
-            Buffer.from_ipc_descriptor(ipc_mr, b"x" * 64)
+            Buffer.from_ipc_descriptor(ipc_mr, b"x" * 64)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="was not imported"):
             Buffer.from_ipc_descriptor(ipc_mr, IPCBufferDescriptor(bytes(64), 64))
         with pytest.raises(ValueError, match="ipc_enabled=True"):
             event.get_ipc_descriptor()
         with pytest.raises(TypeError, match="descriptor"):
-            Event.from_ipc_descriptor(bytes(64))
+            Event.from_ipc_descriptor(bytes(64))  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="cannot time"):
             device.create_event(timing=True, ipc_enabled=True)
         with pytest.raises(TypeError, match="alloc_handle"):
-            DeviceMemoryResource.from_allocation_handle(device, "3")
+            DeviceMemoryResource.from_allocation_handle(device, "3")  # type: ignore[arg-type]
     assert [c.name for c in calls if c.name.startswith("cuMem") or c.name.startswith("cuIpc")] == []
     with pytest.raises(ValueError, match="64 bytes"):
         IPCBufferDescriptor(b"short", 5)

@@ -75,7 +75,7 @@ def test_pool_memory_works_and_is_accounted(device: Device, mr: DeviceMemoryReso
     del sync_buf
     gc.collect()
     assert mr.held == 0
-    assert mr.buffers == ()
+    assert not mr.buffers
     assert mr.leaked == 0
 
 
@@ -252,7 +252,8 @@ def test_a_collected_pool_is_destroyed_and_failures_warn(device: Device) -> None
 
 
 def test_pinned_pool_memory_is_host_memory(device: Device, stream: Stream) -> None:
-    with PinnedMemoryResource(device, PinnedMemoryResourceOptions(release_threshold=0)) as pmr:
+    pmr = PinnedMemoryResource(device, PinnedMemoryResourceOptions(release_threshold=0))
+    with pmr:
         assert (pmr.device_id, pmr.is_host_accessible, pmr.is_device_accessible) == (None, True, True)
         pbuf = pmr.allocate(SIZE, stream)
         assert isinstance(pbuf, PinnedBuffer)

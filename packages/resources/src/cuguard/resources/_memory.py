@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import driver, raise_status, wrong_kind
@@ -13,6 +13,11 @@ from cuguard.resources import _dlpack
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._stream import Stream, as_stream, driver_types
+
+if TYPE_CHECKING:
+    from cuguard.resources._ipc import IPCBufferDescriptor
+    from cuguard.resources._memres import MemoryResource
+    from cuguard.resources._pools import DeviceMemoryResource
 
 __all__ = ["Buffer", "PinnedBuffer"]
 
@@ -311,14 +316,14 @@ class Buffer(Resource):
         return self._stream
 
     @property
-    def memory_resource(self) -> Any:
+    def memory_resource(self) -> MemoryResource[Any] | None:
         """The :class:`~cuguard.resources.MemoryResource` that allocated the memory and frees it, or ``None``.
 
         ``None`` for :meth:`Device.allocate` memory and memory made elsewhere.
         """
         return self._mr
 
-    def get_ipc_descriptor(self) -> Any:
+    def get_ipc_descriptor(self) -> IPCBufferDescriptor:
         """An :class:`~cuguard.resources.IPCBufferDescriptor` with which another process maps this buffer.
 
         Only buffers of an IPC-enabled :class:`~cuguard.resources.DeviceMemoryResource`
@@ -333,7 +338,9 @@ class Buffer(Resource):
         return buffer_descriptor(self)
 
     @classmethod
-    def from_ipc_descriptor(cls, mr: Any, descriptor: Any, stream: Any = None) -> Buffer:
+    def from_ipc_descriptor(
+        cls, mr: DeviceMemoryResource, descriptor: IPCBufferDescriptor, stream: Stream | None = None
+    ) -> Buffer:
         """Map a buffer another process shared (:meth:`get_ipc_descriptor`) through its imported pool ``mr``.
 
         ``mr`` is the :class:`~cuguard.resources.DeviceMemoryResource` made
@@ -703,7 +710,7 @@ class PinnedBuffer(Resource):
         return int(self.handle)
 
     @property
-    def memory_resource(self) -> Any:
+    def memory_resource(self) -> MemoryResource[Any] | None:
         """The :class:`~cuguard.resources.MemoryResource` that allocated the memory and frees it, or ``None``.
 
         ``None`` for :meth:`Device.allocate_pinned` memory.

@@ -15,6 +15,7 @@ from typing import Any
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, wrong_kind
 from cuguard.resources._base import Resource
+from cuguard.resources._ipc import IPCAllocationHandle
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._memres import MemoryResource, stream_argument
@@ -431,7 +432,7 @@ class DeviceMemoryResource(_PoolResource):
         return self
 
     @classmethod
-    def from_allocation_handle(cls, device: Any, alloc_handle: Any) -> DeviceMemoryResource:
+    def from_allocation_handle(cls, device: Any, alloc_handle: IPCAllocationHandle | int) -> DeviceMemoryResource:
         """Import the pool another process shared (:meth:`get_allocation_handle`) on ``device``.
 
         ``alloc_handle`` is an :class:`IPCAllocationHandle` (received through
@@ -447,7 +448,7 @@ class DeviceMemoryResource(_PoolResource):
         result: DeviceMemoryResource = import_pool(cls, _device_of(device), alloc_handle)
         return result
 
-    def get_allocation_handle(self) -> Any:
+    def get_allocation_handle(self) -> IPCAllocationHandle:
         """A new :class:`IPCAllocationHandle` (a POSIX file descriptor) that shares this pool with other processes.
 
         The handle owns the descriptor: close it (or let it be collected)

@@ -9,7 +9,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import (
@@ -23,6 +23,9 @@ from cuguard.errors import (
 )
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
+
+if TYPE_CHECKING:
+    from cuguard.resources._ipc import IPCEventDescriptor
 
 __all__ = ["Event", "Stream", "as_stream"]
 
@@ -338,7 +341,7 @@ class Event(Resource):
 
         return is_ipc_event(self)
 
-    def get_ipc_descriptor(self) -> Any:
+    def get_ipc_descriptor(self) -> IPCEventDescriptor:
         """An :class:`~cuguard.resources.IPCEventDescriptor` with which another process opens this event.
 
         ``ValueError`` for an event not created IPC-enabled (before the driver
@@ -352,7 +355,7 @@ class Event(Resource):
         return event_descriptor(self)
 
     @classmethod
-    def from_ipc_descriptor(cls, descriptor: Any, device: Any = None) -> Event:
+    def from_ipc_descriptor(cls, descriptor: IPCEventDescriptor, device: Any = None) -> Event:
         """Open an event another process shared (:meth:`get_ipc_descriptor`), in ``device``'s context.
 
         ``device`` is a :class:`Device` or ordinal (default: ``Device()``).
