@@ -238,7 +238,7 @@ def _memory_keys() -> set[tuple[str, int, int, str]]:
 
 
 @pytest.fixture
-def no_memory_leaks() -> Iterator[None]:
+def no_memory_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test if it leaves cuguard memory allocated (``cuguard.resources.memory_in_use``).
 
     Memory held before the test is not counted. After the test, garbage is
@@ -246,8 +246,13 @@ def no_memory_leaks() -> Iterator[None]:
     fails) and every buffer still holding memory that the test allocated is
     listed in the failure: something still references it (a cache, a
     global, a closure). Use it with ``@pytest.mark.usefixtures("no_memory_leaks")``
-    or as a test argument; it works on either driver.
+    or as a test argument; it works on either driver. The driver fixture the test uses
+    (``sim``, ``cuguard_driver``) is set up before it and torn down after the check, so that
+    memory left on a simulator is still seen.
     """
+    for name in ("sim", "cuguard_driver"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name)
     before = _memory_keys()
     yield
     resources = importlib.import_module("cuguard.resources")
