@@ -99,7 +99,7 @@ def test_resources_launch_takes_the_builder_as_its_stream(dev: Device, stream: S
         launch(builder, LaunchConfig(grid=1, block=8), module.get_kernel("fill_u32"), buf, np.uint32(3), 8)
         launch(builder, LaunchConfig(grid=1, block=8), module.get_kernel("add_u32"), buf, np.uint32(4), 8)
         buf.copy_to(out, builder)
-        with builder.complete() as graph:
+        with builder.end_building().complete() as graph:
             graph.launch(stream)
             stream.sync()
     assert list(_u32(out)) == [7] * 8
@@ -114,7 +114,9 @@ def test_captured_callback_runs_at_each_launch(cuguard_driver: Any, dev: Device,
         with GraphBuilder(stream).begin_building() as builder:
             builder.callback(lambda: ran.append(1))
             assert ran == []
-            with builder.complete() as graph:
+            with pytest.raises(RuntimeError, match="end_building"):
+                builder.complete()
+            with builder.end_building().complete() as graph:
                 graph.launch(stream)
                 graph.launch(stream)
                 stream.sync()

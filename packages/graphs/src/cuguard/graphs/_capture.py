@@ -48,7 +48,7 @@ _MODE_NAMES: Final[dict[int, str]] = {v: k for k, v in CAPTURE_MODES.items()}
 _STATUS_NAMES: Final[dict[int, str]] = {0: "none", 1: "active", 2: "invalidated"}
 _NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
 _SET_DEPENDENCIES = 1  # CU_STREAM_SET_CAPTURE_DEPENDENCIES
-_INVALIDATED = 901  # CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+_ENDED_WITHOUT_GRAPH = (901, 904)  # CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, _UNJOINED: the driver ended the capture
 
 
 def _bindings_major() -> int:
@@ -124,8 +124,8 @@ def _abandon_capture(handle: Any) -> tuple[Any, str]:
     """End a capture nobody will use and destroy its graph; ``(status, call)`` of the first failure (status 0: none)."""
     err, graph = _end_capture(handle)
     if err:
-        # an invalidated capture has no graph left: nothing failed that matters here
-        return (0 if int(err) == _INVALIDATED else err), "cuStreamEndCapture"
+        # an invalidated capture, or one with a fork left unjoined, ended with no graph: nothing is left
+        return (0 if int(err) in _ENDED_WITHOUT_GRAPH else err), "cuStreamEndCapture"
     (err,) = driver.cuGraphDestroy(graph)
     return err, "cuGraphDestroy"
 
@@ -355,6 +355,17 @@ class GraphBuilder(_Collected):
             _close_into(previous, None)
         return self
 
+    def _abandon(self, exc: BaseException) -> None:
+        """End this root's capture after ``exc``: destroy its graph, close the forks; failures are notes."""
+        try:
+            err, call = _abandon_capture(self._stream._handle)
+        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
+            add_failure_note(exc, failure)
+        else:
+            if err:
+                add_failure_note(exc, err, call, self._stream._handle)
+        self._finish(exc)
+
     def _capture_ended(self, exc: BaseException) -> bool:
         """Whether the stream no longer captures after a failed end (asked from the driver; unknown means ongoing)."""
         try:
@@ -367,37 +378,44 @@ class GraphBuilder(_Collected):
             return False
         return int(status) == 0
 
-    def _finish(self, exc: BaseException | None) -> BaseException | None:
+    def _finish(self, exc: BaseException | None, *, warn: bool = False) -> BaseException | None:
         """The capture has ended: close the forks' streams and the fork and join events.
 
         Failures are notes on ``exc`` when given; otherwise the first is returned (the
-        others its notes) for the caller to raise. What failed to close is leaked (W5).
+        others its notes) for the caller to raise; with ``warn`` each is a
+        ``CUDAWarning`` of its own (W1, W2). What failed to close is leaked (W5).
         """
         self._building = False
         self._owners = {}
         forks, self._forks = self._forks, []
         events, self._events = self._events, []
         first = exc
+        resources: list[Stream | Event] = []
         for ref, stream in forks:
             fork = ref()
             if fork is not None and fork is not self:
                 fork._joined = True
-            first = _close_noting(stream, first)
-        for event in events:
-            first = _close_noting(event, first)
+            resources.append(stream)
+        resources.extend(events)
+        for resource in resources:
+            if warn:
+                _close_into(resource, None)
+            else:
+                first = _close_noting(resource, first)
         return None if first is exc else first
 
     def complete(self) -> Graph:
         """An executable :class:`~cuguard.graphs.Graph` of :attr:`definition` (see ``GraphDefinition.instantiate``).
 
-        Ends the capture first when it is still in progress (as :meth:`end_building`).
-        Raises as those two do; creates nothing when it raises (G1).
+        Call :meth:`end_building` first (``RuntimeError`` otherwise, and for a
+        fork, before the driver). Raises as ``GraphDefinition.instantiate``
+        does; creates nothing when it raises (G1) and the definition stays.
         """
         self._check_open()
         if self._root is not None:
             raise RuntimeError(f"{self!r} is a fork: complete() belongs to the builder that began the capture")
         if self._building:
-            self.end_building()
+            raise RuntimeError(f"{self!r} is still building: call end_building() first")
         return self.definition.instantiate()
 
     # --- work the definition keeps alive ---
@@ -465,10 +483,16 @@ class GraphBuilder(_Collected):
         The node follows the work captured so far on this builder's stream and the
         work captured next follows it. Everything the child's nodes use is kept
         alive. Steps: ``cuStreamGetCaptureInfo``, ``cuGraphAddChildGraphNode``,
-        ``cuStreamUpdateCaptureDependencies``; when the last fails, the node is
-        destroyed again (G1; a failed destroy is a note). Raises ``TypeError`` for
-        another kind of ``child``, ``RuntimeError`` when not building, before the
-        driver; :class:`~cuguard.errors.CUDAError` if the driver refuses.
+        ``cuStreamUpdateCaptureDependencies``. When the last step fails the node
+        cannot be removed (CUDA forbids removing nodes from a graph being
+        captured) and would run unordered with later work, so the whole capture
+        is abandoned: it is ended and its graph destroyed, the forks' streams are
+        closed, :class:`~cuguard.errors.CUDAError` is raised and the builder is
+        no longer building (begin again to capture anew); nothing is left
+        behind. Raises ``TypeError`` for another kind of ``child`` and
+        ``RuntimeError`` when not building, before the driver;
+        :class:`~cuguard.errors.CUDAError` if the driver refuses an earlier step
+        (nothing is added then).
         """
         if isinstance(child, GraphBuilder):
             definition = child.definition
@@ -491,17 +515,17 @@ class GraphBuilder(_Collected):
         err, node = driver.cuGraphAddChildGraphNode(graph, deps[:count], count, child_handle)
         if err:
             raise_status(err, "cuGraphAddChildGraphNode")
+        self._retain(list(definition._owners.values()))  # the node exists now, whatever follows (G5)
         if _EDGE_DATA:
             (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], None, 1, _SET_DEPENDENCIES)
         else:
             (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], 1, _SET_DEPENDENCIES)
         if err:
-            exc = CUDAError(err, "cuStreamUpdateCaptureDependencies")
-            (undo,) = driver.cuGraphDestroyNode(node)
-            if undo:
-                add_failure_note(exc, undo, "cuGraphDestroyNode", node)
-            raise exc
-        self._retain(list(definition._owners.values()))
+            try:
+                raise_status(err, "cuStreamUpdateCaptureDependencies")
+            except CUDAError as exc:
+                self._root_builder()._abandon(exc)
+                raise
 
     # --- forks ---
 
@@ -671,9 +695,7 @@ class GraphBuilder(_Collected):
                 err, call = _abandon_capture(self._stream._handle)
                 if err:
                     report(err, call, self._stream._handle, "the capture's graph was leaked")
-            failure = self._finish(None)
-            if isinstance(failure, CUDAError):
-                report_error(failure, self._stream._handle, "what the builder made was leaked")
+            self._finish(None, warn=True)
         except CUDAError as exc:
             report_error(exc, self._stream._handle, "what the builder made was leaked")
         self._definition = None  # collected by itself

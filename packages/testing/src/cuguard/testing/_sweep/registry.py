@@ -891,6 +891,13 @@ def _build() -> list[Scenario]:
 
     out.extend(registry_memory.vmm_scenarios())
     out.extend(registry_memory.pool_scenarios())
+
+    # --- graphs: stream capture and the newer graph operations (registry_graphs) --------------
+    from cuguard.testing._sweep import registry_graphs
+
+    out.extend(registry_graphs.capture_scenarios())
+    out.extend(registry_graphs.conditional_scenarios())
+    out.extend(registry_graphs.update_scenarios())
     return out
 
 
@@ -1054,6 +1061,9 @@ def _merge_memory() -> None:
     from cuguard.testing._sweep import registry_memory
 
     NO_DRIVER_CALL.update(registry_memory.NO_DRIVER_CALL_MEMORY)
+    from cuguard.testing._sweep import registry_graphs
+
+    NO_DRIVER_CALL.update(registry_graphs.NO_DRIVER_CALL_GRAPHS)
 
 
 _merge_memory()
