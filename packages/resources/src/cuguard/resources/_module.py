@@ -454,7 +454,8 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
     sig = kernel._signature
     params: Any
     if sig is not None:
-        params, keep = sig.pack(args)
+        # A kernel without parameters launched without arguments needs no packing (the hot path of tiny kernels).
+        params, keep = sig.pack(args) if args or sig.params else (0, None)
     else:
         params, keep = (pack_args(args) if args else 0), None
     if config._ex:
