@@ -200,7 +200,7 @@ def test_the_current_pool_is_not_owned(device: Device, stream: Stream) -> None:
 
 
 def test_max_size_limits_the_pool(device: Device, stream: Stream) -> None:
-    limit = 4 << 20
+    limit = 32 << 20
     with DeviceMemoryResource(device, DeviceMemoryResourceOptions(max_size=limit)) as mr:
         first = mr.allocate(limit // 2, stream)
         with pytest.raises(CUDAError) as info:
