@@ -1512,6 +1512,459 @@ def binding_refusals(d: Any) -> Obs:
     return [_status_or_raise(call) for call in calls]
 
 
+# --- stream capture ---------------------------------------------------------------------------
+
+_CAP = B.CUstreamCaptureMode
+_T = B.CUgraphNodeType
+
+
+def _capturing(d: Any, stream: Any) -> str:
+    err, status = d.cuStreamIsCapturing(stream)
+    return name(err) if int(err) else B.CUstreamCaptureStatus(int(status)).name
+
+
+def _end_quietly(d: Any, *streams: Any) -> None:
+    """End any capture still in progress on ``streams`` (a failed scenario must not leave one)."""
+    for stream in streams:
+        err, status = d.cuStreamIsCapturing(stream)
+        if not int(err) and int(status):
+            err, graph = d.cuStreamEndCapture(stream)
+            if not int(err) and graph is not None and int(graph):
+                d.cuGraphDestroy(graph)
+
+
+def _ended(d: Any, stream: Any) -> tuple[str, Any]:
+    """``cuStreamEndCapture``: (status name, graph or None); a graph returned beside an error is destroyed."""
+    err, graph = d.cuStreamEndCapture(stream)
+    has = graph is not None and int(graph) != 0
+    if int(err):
+        if has:
+            d.cuGraphDestroy(graph)
+        return name(err), None
+    return name(err), graph
+
+
+def _run_graph(d: Any, graph: Any, stream: Any) -> list[str]:
+    exe = ok(d.cuGraphInstantiate(graph, 0))
+    out = [name(d.cuGraphLaunch(exe, stream)[0]), name(d.cuStreamSynchronize(stream)[0])]
+    d.cuGraphExecDestroy(exe)
+    return out
+
+
+def _node_kinds(d: Any, graph: Any) -> list[str]:
+    count = int(d.cuGraphGetNodes(graph, 0)[-1])
+    nodes = list(d.cuGraphGetNodes(graph, count)[1] or [])[:count] if count else []
+    return sorted(_T(int(ok(d.cuGraphNodeGetType(n)))).name for n in nodes)
+
+
+def _edge_count(d: Any, graph: Any) -> int:
+    return int(d.cuGraphGetEdges(graph, 0)[-1])
+
+
+@scenario
+def capture_becomes_nodes_and_runs_at_launch(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(8))
+        ok(d.cuMemsetD8(p, 0, 8))
+        out: Obs = [name(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]), _capturing(d, s)]
+        try:
+            out.append(name(d.cuMemsetD8Async(p, 7, 4, s)[0]))
+            out.append(name(d.cuMemsetD8Async(B.CUdeviceptr(int(p) + 4), 9, 4, s)[0]))
+            status, graph = _ended(d, s)
+        finally:
+            _end_quietly(d, s)
+        host = bytearray(8)
+        ok(d.cuMemcpyDtoH(host, p, 8))
+        out += [status, _capturing(d, s), bytes(host).hex(), _node_kinds(d, graph), _edge_count(d, graph)]
+        out += _run_graph(d, graph, s)
+        ok(d.cuMemcpyDtoH(host, p, 8))
+        out.append(bytes(host).hex())
+        d.cuGraphDestroy(graph)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_begin_and_end_refusals(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        out: Obs = [
+            name(d.cuStreamBeginCapture(B.CUstream(0), _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]),
+            _ended(d, s)[0],
+            name(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]),
+        ]
+        try:
+            out.append(name(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]))
+            status, graph = _ended(d, s)
+        finally:
+            _end_quietly(d, s)
+        out += [status, _node_kinds(d, graph)]
+        d.cuGraphDestroy(graph)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_invalidated_by_sync_or_query(d: Any) -> Obs:
+    out: Obs = []
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(8))
+        for forbidden in ("cuStreamSynchronize", "cuStreamQuery"):
+            ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+            try:
+                d.cuMemsetD8Async(p, 1, 8, s)
+                out.append(name(getattr(d, forbidden)(s)[0]))
+                out.append(_capturing(d, s))
+                out.append(name(d.cuMemsetD8Async(p, 1, 8, s)[0]))
+                out.append(_ended(d, s)[0])
+            finally:
+                _end_quietly(d, s)
+            out += [_capturing(d, s), name(d.cuStreamSynchronize(s)[0])]
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_and_the_legacy_stream(d: Any) -> Obs:
+    with Ctx(d):
+        blocking, non_blocking = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(1))
+        p = ok(d.cuMemAlloc(8))
+        out: Obs = []
+        ok(d.cuStreamBeginCapture(non_blocking, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            out += [name(d.cuMemsetD8Async(p, 1, 8, B.CUstream(0))[0]), _capturing(d, B.CUstream(0))]
+            status, graph = _ended(d, non_blocking)
+        finally:
+            _end_quietly(d, non_blocking)
+        out.append(status)
+        if graph is not None:
+            d.cuGraphDestroy(graph)
+        d.cuStreamSynchronize(B.CUstream(0))
+        ok(d.cuStreamBeginCapture(blocking, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            out += [_capturing(d, B.CUstream(0)), name(d.cuMemsetD8Async(p, 1, 8, B.CUstream(0))[0])]
+            out += [_capturing(d, blocking), _ended(d, blocking)[0]]
+        finally:
+            _end_quietly(d, blocking)
+        d.cuStreamSynchronize(B.CUstream(0))
+        d.cuMemFree(p)
+        d.cuStreamDestroy(blocking)
+        d.cuStreamDestroy(non_blocking)
+    return out
+
+
+@scenario
+def capture_fork_and_join_through_events(d: Any) -> Obs:
+    with Ctx(d):
+        main, side = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0))
+        fork, join = ok(d.cuEventCreate(2)), ok(d.cuEventCreate(2))
+        p = ok(d.cuMemAlloc(8))
+        ok(d.cuMemsetD8(p, 0, 8))
+        out: Obs = []
+        ok(d.cuStreamBeginCapture(main, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            d.cuMemsetD8Async(p, 1, 4, main)
+            out.append(name(d.cuEventRecord(fork, main)[0]))
+            out.append(name(d.cuEventQuery(fork)[0]))
+            out.append(name(d.cuStreamWaitEvent(side, fork, 0)[0]))
+            out.append(_capturing(d, side))
+            out.append(name(d.cuMemsetD8Async(B.CUdeviceptr(int(p) + 4), 2, 4, side)[0]))
+            out.append(_ended(d, side)[0])  # not the origin stream
+            out.append(name(d.cuEventRecord(join, side)[0]))
+            out.append(name(d.cuStreamWaitEvent(main, join, 0)[0]))
+            status, graph = _ended(d, main)
+        finally:
+            _end_quietly(d, main, side)
+        out += [status, _capturing(d, side), _node_kinds(d, graph), _edge_count(d, graph)]
+        out += _run_graph(d, graph, main)
+        host = bytearray(8)
+        ok(d.cuMemcpyDtoH(host, p, 8))
+        out.append(bytes(host).hex())
+        d.cuGraphDestroy(graph)
+        for ev in (fork, join):
+            d.cuEventDestroy(ev)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(main)
+        d.cuStreamDestroy(side)
+    return out
+
+
+@scenario
+def capture_with_an_unjoined_fork(d: Any) -> Obs:
+    with Ctx(d):
+        main, side = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0))
+        fork = ok(d.cuEventCreate(2))
+        p = ok(d.cuMemAlloc(8))
+        out: Obs = []
+        ok(d.cuStreamBeginCapture(main, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            d.cuEventRecord(fork, main)
+            d.cuStreamWaitEvent(side, fork, 0)
+            d.cuMemsetD8Async(p, 2, 4, side)
+            out.append(_ended(d, main)[0])
+        finally:
+            _end_quietly(d, main, side)
+        out += [_capturing(d, main), _capturing(d, side), name(d.cuStreamSynchronize(side)[0])]
+        d.cuEventDestroy(fork)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(main)
+        d.cuStreamDestroy(side)
+    return out
+
+
+@scenario
+def capture_waits_on_outside_work_or_another_capture(d: Any) -> Obs:
+    with Ctx(d):
+        a, b, other = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0))
+        outside, mark = ok(d.cuEventCreate(2)), ok(d.cuEventCreate(2))
+        d.cuEventRecord(outside, other)
+        out: Obs = []
+        ok(d.cuStreamBeginCapture(a, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            out += [name(d.cuStreamWaitEvent(a, outside, 0)[0]), _capturing(d, a), _ended(d, a)[0]]
+        finally:
+            _end_quietly(d, a)
+        ok(d.cuStreamBeginCapture(a, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        ok(d.cuStreamBeginCapture(b, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            d.cuEventRecord(mark, a)
+            out += [name(d.cuStreamWaitEvent(b, mark, 0)[0]), _capturing(d, a), _capturing(d, b)]
+            out += [_ended(d, b)[0]]
+            status, graph = _ended(d, a)
+            out.append(status)
+            if graph is not None:
+                d.cuGraphDestroy(graph)
+        finally:
+            _end_quietly(d, a, b)
+        for ev in (outside, mark):
+            d.cuEventDestroy(ev)
+        for st in (a, b, other):
+            d.cuStreamSynchronize(st)
+            d.cuStreamDestroy(st)
+    return out
+
+
+@scenario
+def capture_modes_and_unsafe_calls(d: Any) -> Obs:
+    out: Obs = []
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            err, ptr = d.cuMemAlloc(8)
+            out += [name(err), _capturing(d, s), _ended(d, s)[0]]
+            if not int(err):
+                d.cuMemFree(ptr)
+        finally:
+            _end_quietly(d, s)
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            err, host = d.cuMemAllocHost(64)
+            out += [name(err), _ended(d, s)[0]]
+            if not int(err):
+                d.cuMemFreeHost(host)
+        finally:
+            _end_quietly(d, s)
+        old = d.cuThreadExchangeStreamCaptureMode(_CAP.CU_STREAM_CAPTURE_MODE_RELAXED)
+        out.append([name(old[0]), _CAP(int(old[1])).name])
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            err, ptr = d.cuMemAlloc(8)
+            out.append(name(err))
+            status, graph = _ended(d, s)
+            out.append(status)
+            if graph is not None:
+                d.cuGraphDestroy(graph)
+            if not int(err):
+                d.cuMemFree(ptr)
+        finally:
+            _end_quietly(d, s)
+        back = d.cuThreadExchangeStreamCaptureMode(_CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)
+        out.append([name(back[0]), _CAP(int(back[1])).name])
+        out.append(name(d.cuThreadExchangeStreamCaptureMode(7)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_in_another_thread_follows_its_mode(d: Any) -> Obs:
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(0))
+        for mode in (_CAP.CU_STREAM_CAPTURE_MODE_GLOBAL, _CAP.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL):
+            ok(d.cuStreamBeginCapture(s, mode))
+            seen: list[str] = []
+
+            def other(seen: list[str] = seen) -> None:
+                d.cuCtxSetCurrent(ctx)
+                err, ptr = d.cuMemAlloc(8)
+                seen.append(name(err))
+                if not int(err):
+                    d.cuMemFree(ptr)
+                d.cuCtxSetCurrent(B.CUcontext(0))
+
+            try:
+                thread = threading.Thread(target=other)
+                thread.start()
+                thread.join()
+                status, graph = _ended(d, s)
+                out += [mode.name, *seen, status]
+                if graph is not None:
+                    d.cuGraphDestroy(graph)
+            finally:
+                _end_quietly(d, s)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_ended_from_another_thread(d: Any) -> Obs:
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(0))
+        for mode in (_CAP.CU_STREAM_CAPTURE_MODE_GLOBAL, _CAP.CU_STREAM_CAPTURE_MODE_RELAXED):
+            ok(d.cuStreamBeginCapture(s, mode))
+            ended: list[Any] = []
+
+            def other(ended: list[Any] = ended) -> None:
+                d.cuCtxSetCurrent(ctx)
+                ended.append(_ended(d, s))
+                d.cuCtxSetCurrent(B.CUcontext(0))
+
+            try:
+                thread = threading.Thread(target=other)
+                thread.start()
+                thread.join()
+                status, graph = ended[0]
+                out += [mode.name, status, _capturing(d, s)]
+                if graph is not None:
+                    d.cuGraphDestroy(graph)
+            finally:
+                _end_quietly(d, s)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_info_and_dependency_updates(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(8))
+        idle = d.cuStreamGetCaptureInfo(s)
+        out: Obs = [name(idle[0]), B.CUstreamCaptureStatus(int(idle[1])).name]
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            d.cuMemsetD8Async(p, 1, 8, s)
+            info = d.cuStreamGetCaptureInfo(s)
+            out += [name(info[0]), B.CUstreamCaptureStatus(int(info[1])).name, int(info[2]) > 0, int(info[-1])]
+            graph, deps = info[3], list(info[4])
+            empty = ok(d.cuGraphAddEmptyNode(graph, deps, len(deps)))
+            if BINDINGS_MAJOR >= 13:
+                upd = d.cuStreamUpdateCaptureDependencies(s, [empty], None, 1, 1)
+            else:
+                upd = d.cuStreamUpdateCaptureDependencies(s, [empty], 1, 1)
+            out.append(name(upd[0]))
+            after = d.cuStreamGetCaptureInfo(s)
+            out.append([int(n) == int(empty) for n in list(after[4])[: int(after[-1])]])
+            d.cuMemsetD8Async(p, 2, 8, s)
+            status, ended = _ended(d, s)
+        finally:
+            _end_quietly(d, s)
+        out += [status, int(ended) == int(graph), _node_kinds(d, ended), _edge_count(d, ended)]
+        d.cuGraphDestroy(ended)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_into_an_existing_graph(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(8))
+        graph = ok(d.cuGraphCreate(0))
+        root = ok(d.cuGraphAddEmptyNode(graph, None, 0))
+        out: Obs = [
+            name(d.cuStreamBeginCaptureToGraph(s, graph, [root], None, 1, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0])
+        ]
+        try:
+            d.cuMemsetD8Async(p, 3, 8, s)
+            status, same = _ended(d, s)
+            out += [status, same is not None and int(same) == int(graph), _edge_count(d, graph)]
+            ok(d.cuStreamBeginCaptureToGraph(s, graph, None, None, 0, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+            d.cuStreamSynchronize(s)
+            out.append(_ended(d, s)[0])
+        finally:
+            _end_quietly(d, s)
+        out += [_node_kinds(d, graph), name(d.cuGraphDestroy(graph)[0])]
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_graph_launch_kernel_and_memory(d: Any) -> Obs:
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(8))
+        mod = ok(d.cuModuleLoadData(PTX))
+        fn = ok(d.cuModuleGetFunction(mod, b"empty"))
+        inner = ok(d.cuGraphCreate(0))
+        ok(d.cuGraphAddEmptyNode(inner, None, 0))
+        exe = ok(d.cuGraphInstantiate(inner, 0))
+        out: Obs = []
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            out.append(name(d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, 0, 0)[0]))
+            out.append(name(d.cuGraphLaunch(exe, s)[0]))
+            err, scratch = d.cuMemAllocAsync(64, s)
+            out.append(name(err))
+            out.append(name(d.cuMemFreeAsync(p, s)[0]))  # not allocated by the capture
+            out.append(_capturing(d, s))
+            if not int(err):
+                out.append(name(d.cuMemFreeAsync(scratch, s)[0]))
+            status, graph = _ended(d, s)
+        finally:
+            _end_quietly(d, s)
+        out.append(status)
+        if graph is not None:
+            out.append(_node_kinds(d, graph))
+            out += _run_graph(d, graph, s)
+            d.cuGraphDestroy(graph)
+        d.cuGraphExecDestroy(exe)
+        d.cuGraphDestroy(inner)
+        d.cuModuleUnload(mod)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def capture_host_function_node(d: Any) -> Obs:
+    ran: list[int] = []
+    thunk = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: ran.append(1))
+    address = ctypes.cast(thunk, ctypes.c_void_p).value
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            out: Obs = [name(d.cuLaunchHostFunc(s, B.CUhostFn(address), 0)[0])]
+            status, graph = _ended(d, s)
+        finally:
+            _end_quietly(d, s)
+        out += [status, len(ran), _node_kinds(d, graph)]
+        out += _run_graph(d, graph, s)
+        out += _run_graph(d, graph, s)
+        out.append(len(ran))
+        d.cuGraphDestroy(graph)
+        d.cuStreamDestroy(s)
+    return out
+
+
 def run_all(driver: Any, devices: int, only: str | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for key, fn in SCENARIOS.items():

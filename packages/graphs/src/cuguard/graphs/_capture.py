@@ -355,10 +355,22 @@ class GraphBuilder(_Collected):
             _close_into(previous, None)
         return self
 
+    def _abandon_capture(self) -> tuple[Any, str]:
+        """End this root's capture and destroy its graph (``(status, call)`` of a failure, status 0 when none).
+
+        A stream that was closed, or whose context refuses use, is not touched: its capture
+        went with it (the driver ends a capture whose stream is destroyed), and a stream of a
+        destroyed context must never reach the driver (S2).
+        """
+        stream = self._stream
+        if stream._closed or stream._context._closed:
+            return 0, "cuStreamEndCapture"
+        return _abandon_capture(stream._handle)
+
     def _abandon(self, exc: BaseException) -> None:
         """End this root's capture after ``exc``: destroy its graph, close the forks; failures are notes."""
         try:
-            err, call = _abandon_capture(self._stream._handle)
+            err, call = self._abandon_capture()
         except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
             add_failure_note(exc, failure)
         else:
@@ -651,7 +663,7 @@ class GraphBuilder(_Collected):
             return
         first: BaseException | None = None
         if self._building:
-            err, call = _abandon_capture(self._stream._handle)
+            err, call = self._abandon_capture()
             if err:
                 try:
                     raise_status(err, call)
@@ -692,7 +704,7 @@ class GraphBuilder(_Collected):
         self._closed = True
         try:
             if self._building:
-                err, call = _abandon_capture(self._stream._handle)
+                err, call = self._abandon_capture()
                 if err:
                     report(err, call, self._stream._handle, "the capture's graph was leaked")
             self._finish(None, warn=True)
