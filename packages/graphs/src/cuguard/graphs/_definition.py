@@ -1042,7 +1042,8 @@ class GraphDefinition(_Collected):
         event node of a destroyed event killed the process), or when a node
         uses an object whose context was destroyed.
         """
-        self._check_open()
+        if self._closed or self._driver is not driver_token():
+            self._check_open()  # raises
         if self._owners:
             _check_owners(self, self._owners, "instantiated")
         kinds, edges, _ = self._signature()

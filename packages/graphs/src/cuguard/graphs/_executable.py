@@ -171,10 +171,14 @@ class Graph(_Collected):
         for the run, and a kernel fault inside it raises
         :class:`~cuguard.errors.StickyCUDAError` naming this launch.
         """
-        self._check_open()
+        context = self._context
+        if self._closed or self._driver is not driver_token() or (context is not None and context._closed):
+            self._check_open()  # raises
         if type(stream) is not Stream:
             stream = as_stream(stream)
-        hstream = stream.handle  # checked before the driver is looked up (O3)
+        if stream._closed or stream._context._closed:  # checked before the driver is looked up (O3)
+            stream._check_open()
+        hstream = stream._handle
         for owner in self._released_with_close:
             if owner._closed:  # S2: its nodes would reach an unloaded module or a destroyed event
                 raise ResourceClosedError(f"{self!r} uses {owner!r}, which was closed: the graph cannot run any more")

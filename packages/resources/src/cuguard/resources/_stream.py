@@ -227,7 +227,9 @@ class Stream(Resource):
 
         A kernel fault surfaces here as a sticky :class:`~cuguard.errors.CUDAError`.
         """
-        handle = self.handle
+        if self._closed or self._context._closed:
+            self._check_open()  # raises
+        handle = self._handle
         fp = _fp
         if fp is not None:
             err = fp.stream_synchronize(handle)  # compiled (the GIL released): the status back, raised here
