@@ -93,6 +93,8 @@ def test_wrong_arguments_are_refused_before_the_driver(device: Device, mr: Devic
             DeviceMemoryResource(device, DeviceMemoryResourceOptions(max_size=-1))
         with pytest.raises(TypeError, match="size"):
             mr.allocate(1.5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="size"):
+            mr.allocate(1 << 64)
         with pytest.raises(TypeError, match="stream"):
             mr.allocate(16, stream=object())  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="buffer"):

@@ -325,8 +325,8 @@ class _PoolResource(MemoryResource[Any], Resource):
             raise_status(err, "cuMemPoolTrimTo")
 
     def _check_allocate(self, size: int, stream: Any) -> tuple[int, Stream | None]:
-        if type(size) is not int or size < 0:
-            size = _check_size(size)
+        if type(size) is not int or not 0 <= size < 1 << 64:
+            size = _nonnegative(_check_size(size), "size")  # a 64-bit byte count (E3)
         stream = stream_argument(stream)
         if self._imported:
             raise ValueError(
