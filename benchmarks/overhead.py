@@ -1355,6 +1355,17 @@ def describe(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
 # --- output -------------------------------------------------------------------------------
 
 
+def _scrub(text: str) -> str:
+    """``text`` with the machine's folders left out: paths relative to the repository, Python's as <python>."""
+    for prefix, name in (
+        (str(ROOT) + os.sep, ""),
+        (sys.base_prefix + os.sep, "<python>/"),
+        (sys.prefix + os.sep, "<python>/"),
+    ):
+        text = text.replace(json.dumps(prefix)[1:-1], name).replace(prefix, name)
+    return text
+
+
 def _fmt(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "-"
@@ -1547,7 +1558,7 @@ def main(argv: list[str] | None = None) -> int:
         stamp = started.strftime("%Y%m%dT%H%M%SZ")
         out = RESULTS / f"overhead-{'sim' if simulated else 'gpu'}-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    out.write_text(_scrub(json.dumps(report, indent=2)) + "\n", encoding="utf-8")
 
     if profiles:
         for name, rows in profiles.items():
@@ -1561,7 +1572,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{row['calls_per_op']:>5} calls  {row['function']}"
                 )
     print()
-    print(f"wrote {out}")
+    print(f"wrote {out.name}")
     print(
         f"machine: {machine.get('gpu', '?')}, driver {machine.get('cuda_driver_version', '?')}; versions: "
         f"python {versions['python']}, cuda-bindings {versions['cuda_bindings']}, cuda-core {versions['cuda_core']}"
