@@ -162,3 +162,37 @@ def test_an_extension_older_than_the_python_side_stays_off() -> None:
     assert out.startswith("False |"), out
     assert fastpath.COMPILED[-1] in out
     assert "rebuild" in out
+
+
+def test_compiled_copies_refuse_bad_host_buffers_before_the_driver() -> None:
+    """A host buffer shorter than the copy, or a read-only one to copy into, raises before any driver call."""
+    _need_on()
+    from cuguard.fastpath import _native
+
+    with pytest.raises(ValueError, match="the copy needs 4"):
+        _native.memcpy_htod_async(1, bytearray(2), 4, 0)
+    with pytest.raises(BufferError):
+        _native.memcpy_dtoh_async(bytes(4), 1, 4, 0)
+    with pytest.raises(TypeError):
+        _native.memcpy_htod_async(1, object(), 4, 0)
+    with pytest.raises(TypeError):
+        _native.memcpy_htod(0, 1, bytearray(4))  # three arguments, four needed
+    with pytest.raises(TypeError, match="driver handle or an int"):
+        _native.graph_launch("not a handle", 0)
+
+
+def test_an_error_the_bindings_raise_is_not_a_status() -> None:
+    """When cuda-bindings' entry point raises (no driver library here), the compiled call raises it too.
+
+    With a driver library present the call reaches the driver, which refuses a NULL event: a failed status.
+    """
+    _need_on()
+    from cuguard.fastpath import _native
+
+    try:
+        result = _native.event_query(0)
+    except Exception as exc:  # noqa: BLE001 - whichever error the bindings' loader raises
+        assert not isinstance(exc, SystemError), exc  # a status returned with an exception set would be one
+    else:
+        assert isinstance(result, int)
+        assert result != 0
