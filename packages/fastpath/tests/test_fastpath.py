@@ -175,8 +175,9 @@ def test_compiled_copies_refuse_bad_host_buffers_before_the_driver() -> None:
         _native.memcpy_dtoh_async(bytes(4), 1, 4, 0)
     with pytest.raises(TypeError):
         _native.memcpy_htod_async(1, object(), 4, 0)
+    untyped: Any = _native.memcpy_htod
     with pytest.raises(TypeError):
-        _native.memcpy_htod(0, 1, bytearray(4))  # three arguments, four needed
+        untyped(0, 1, bytearray(4))  # three arguments, four needed
     with pytest.raises(TypeError, match="driver handle or an int"):
         _native.graph_launch("not a handle", 0)
 
