@@ -374,3 +374,36 @@ def test_destroying_a_capturing_stream_invalidates_its_capture(drv: SimulatedDri
     assert drv.cuStreamEndCapture(main) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
     drv.cuEventDestroy(fork)
     drv.cuStreamDestroy(main)
+
+
+@pytest.mark.contract("B2", "S2")
+def test_a_host_function_captured_through_the_bindings_runs_only_once(drv: SimulatedDriver) -> None:
+    # cuda-bindings frees the data of its cuLaunchHostFunc wrapper after the first call: the
+    # real process crashes when a graph runs such a captured host node a second time.
+    import ctypes
+
+    from cuguard.testing import SimulatedCrash
+
+    calls: list[int] = []
+    thunk = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda data: calls.append(1))
+    stream = _stream(drv)
+    assert drv.cuStreamBeginCapture(stream, GLOBAL) == (OK,)
+    fn = cb.CUhostFn(ctypes.cast(thunk, ctypes.c_void_p).value)
+    assert drv.cuLaunchHostFunc(stream, fn, 0) == (OK,)
+    err, graph = drv.cuStreamEndCapture(stream)
+    assert err == OK
+    _, nodes, _ = drv.cuGraphGetNodes(graph, 1)
+    assert drv.cuGraphNodeGetType(nodes[0]) == (OK, cb.CUgraphNodeType.CU_GRAPH_NODE_TYPE_HOST)
+    err, exe = drv.cuGraphInstantiate(graph, 0)
+    assert drv.cuGraphLaunch(exe, stream) == (OK,)
+    assert drv.cuStreamSynchronize(stream) == (OK,)
+    assert calls == [1]
+    assert drv.misuse == []
+    with pytest.raises(SimulatedCrash, match="second time"):
+        drv.cuGraphLaunch(exe, stream)
+    assert [i.call for i in drv.misuse] == ["cuGraphLaunch"]
+    drv.misuse.clear()
+    drv.cuStreamSynchronize(stream)
+    drv.cuGraphExecDestroy(exe)
+    drv.cuGraphDestroy(graph)
+    drv.cuStreamDestroy(stream)

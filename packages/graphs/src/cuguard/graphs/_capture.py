@@ -147,7 +147,9 @@ class GraphBuilder(_Collected):
     :meth:`end_building` ends the capture and makes :attr:`definition`;
     :meth:`complete` instantiates it.
 
-    A builder is not thread-safe: use it from one thread at a time (with the
+    Once its stream is closed (or the stream's context refuses use), every
+    operation but :meth:`close` raises ``ResourceClosedError``. A builder is
+    not thread-safe: use it from one thread at a time (with the
     ``"relaxed"`` mode another thread may end the capture). :meth:`close` (or
     ``with``, or garbage collection) ends a capture still in progress,
     destroys its graph, closes the forks' streams and the definition.
@@ -254,17 +256,18 @@ class GraphBuilder(_Collected):
         return self._closed
 
     def _check_open(self) -> None:
+        """Refuse a closed builder, one of an uninstalled driver, and one whose stream refuses use."""
         if self._closed:
             raise ResourceClosedError(f"{self!r} is closed")
         if self._driver is not driver_token():
             raise ResourceClosedError(_UNINSTALLED.format(self))
+        self._stream._check_open()
 
     def _check_capturing(self, action: str) -> None:
         self._check_open()
         if not self.is_building:
             what = "its join ended its part" if self._joined else "no capture is in progress"
             raise RuntimeError(f"{self!r} cannot {action}: {what}")
-        self._stream._check_open()
 
     def __repr__(self) -> str:
         kind = "fork" if self._root is not None else "builder"
@@ -469,7 +472,14 @@ class GraphBuilder(_Collected):
                 owner._graph_used = True  # its close() now asks whether a graph still uses it (W5)
 
     def callback(self, fn: Callable[[], object]) -> None:
-        """Capture a host node calling ``fn()`` (``cuLaunchHostFunc``); ``fn`` lives as long as a graph may call it.
+        """Capture a host node calling ``fn()`` at each launch; ``fn`` lives as long as a graph may call it.
+
+        The node is added to the capture's graph directly (``cuStreamGetCaptureInfo``,
+        ``cuGraphAddHostNode``, ``cuStreamUpdateCaptureDependencies``), not with
+        ``cuLaunchHostFunc``: cuda-bindings frees the data of a ``cuLaunchHostFunc``
+        callback after its first call, so a captured one would crash the process
+        when the graph runs a second time. When the last step fails the capture is
+        abandoned, as for :meth:`embed`.
 
         An exception raised by ``fn`` goes to ``sys.unraisablehook`` and the
         graph carries on (W6); ``fn`` must not call CUDA. Raises ``TypeError``
@@ -482,12 +492,44 @@ class GraphBuilder(_Collected):
         self._check_capturing("capture a callback")
         entry = _lifetime.HostCallback(fn)
         types = _types()
-        (err,) = driver.cuLaunchHostFunc(
-            self._stream.handle, types.CUhostFn(_lifetime.host_thunk_address()), entry.token
+        params = types.CUDA_HOST_NODE_PARAMS()
+        params.fn = types.CUhostFn(_lifetime.host_thunk_address())
+        params.userData = entry.token
+        self._add_at_tail(
+            lambda graph, deps, count: driver.cuGraphAddHostNode(graph, deps, count, params),
+            "cuGraphAddHostNode",
+            [entry],
         )
+
+    def _add_at_tail(self, add: Callable[[Any, list[Any], int], Any], call: str, owners: list[object]) -> None:
+        """Add a node after the work captured so far and make the capture continue from it.
+
+        ``add(graph, deps, count)`` adds the node (returning ``(status, node)``);
+        ``owners`` are kept alive from then on (G5). A refused last step abandons
+        the capture: a node cannot be removed from a graph being captured.
+        """
+        stream = self._stream.handle
+        info = driver.cuStreamGetCaptureInfo(stream)
+        err = info[0]
         if err:
-            raise_status(err, "cuLaunchHostFunc")
-        self._retain([entry])
+            raise_status(err, "cuStreamGetCaptureInfo")
+        if int(info[1]) != 1:
+            raise CUDAError(_types().CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo")
+        graph, deps, count = info[3], list(info[4] or []), int(info[-1])
+        err, node = add(graph, deps[:count], count)
+        if err:
+            raise_status(err, call)
+        self._retain(owners)  # the node exists now, whatever follows (G5)
+        if _EDGE_DATA:
+            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], None, 1, _SET_DEPENDENCIES)
+        else:
+            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], 1, _SET_DEPENDENCIES)
+        if err:
+            try:
+                raise_status(err, "cuStreamUpdateCaptureDependencies")
+            except CUDAError as exc:
+                self._root_builder()._abandon(exc)
+                raise
 
     def embed(self, child: GraphBuilder | GraphDefinition) -> None:
         """Capture a child graph node running a copy of ``child`` (a definition, or a builder's :attr:`definition`).
@@ -516,28 +558,11 @@ class GraphBuilder(_Collected):
         child_handle = definition.handle
         definition._check_no_memory_nodes("be embedded as a child graph")
         _check_owners(definition, definition._owners, "embedded")
-        stream = self._stream.handle
-        info = driver.cuStreamGetCaptureInfo(stream)
-        err = info[0]
-        if err:
-            raise_status(err, "cuStreamGetCaptureInfo")
-        if int(info[1]) != 1:
-            raise CUDAError(_types().CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo")
-        graph, deps, count = info[3], list(info[4] or []), int(info[-1])
-        err, node = driver.cuGraphAddChildGraphNode(graph, deps[:count], count, child_handle)
-        if err:
-            raise_status(err, "cuGraphAddChildGraphNode")
-        self._retain(list(definition._owners.values()))  # the node exists now, whatever follows (G5)
-        if _EDGE_DATA:
-            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], None, 1, _SET_DEPENDENCIES)
-        else:
-            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], 1, _SET_DEPENDENCIES)
-        if err:
-            try:
-                raise_status(err, "cuStreamUpdateCaptureDependencies")
-            except CUDAError as exc:
-                self._root_builder()._abandon(exc)
-                raise
+        self._add_at_tail(
+            lambda graph, deps, count: driver.cuGraphAddChildGraphNode(graph, deps, count, child_handle),
+            "cuGraphAddChildGraphNode",
+            list(definition._owners.values()),
+        )
 
     # --- forks ---
 

@@ -301,10 +301,24 @@ class Stream(Resource):
         stream carries on (W6). ``fn`` stays referenced until it has run. If the
         launch fails, ``fn`` is never called and
         :class:`~cuguard.errors.CUDAError` is raised.
+
+        On a stream that is being captured into a graph it raises
+        ``RuntimeError`` before anything is queued: cuda-bindings frees what a
+        ``cuLaunchHostFunc`` callback needs after its first call, so a captured
+        one would crash the process the second time the graph runs; capture a
+        callback with ``cuguard.graphs.GraphBuilder.callback`` instead.
         """
         if not callable(fn):
             raise TypeError(f"a host function must be callable, not {type(fn).__name__}")
         handle = self.handle
+        err, capturing = driver.cuStreamIsCapturing(handle)
+        if err:
+            raise_status(err, "cuStreamIsCapturing")
+        if int(capturing) == _CAPTURE_ACTIVE:
+            raise RuntimeError(
+                f"{self!r} is being captured into a graph: a host function launched on it would run only once "
+                "(cuda-bindings frees its data after the first call); use GraphBuilder.callback() instead"
+            )
         token = next(_tokens)
         with _pending_lock:
             _pending[token] = (fn, self)
@@ -317,6 +331,10 @@ class Stream(Resource):
     def __cuda_stream__(self) -> tuple[int, int]:
         """The CUDA stream protocol: ``(0, handle address)``."""
         return (0, int(self.handle))
+
+
+#: ``CU_STREAM_CAPTURE_STATUS_ACTIVE``: the stream is being captured.
+_CAPTURE_ACTIVE = 1
 
 
 # --- events ------------------------------------------------------------------------
@@ -348,7 +366,9 @@ class Event(Resource):
 
         ``ValueError`` for an event not created IPC-enabled (before the driver
         is asked); :class:`~cuguard.errors.CUDAError` if the driver refuses;
-        ``ResourceClosedError`` once closed. Each process destroys its own
+        ``ResourceClosedError`` once closed. The driver asks for a current
+        context: the call runs in the event's context, and the caller's
+        current context is restored after it (C1). Each process destroys its own
         event; using the other process's copy after this one is destroyed is
         undefined (the driver's rule).
         """

@@ -24,9 +24,11 @@ Rules (documented in the CUDA driver API unless marked assumed):
   in progress is ``CUDA_ERROR_CAPTURED_EVENT``.
 - Synchronizing or querying a capturing stream is
   ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates its capture;
-  queuing work on the legacy NULL stream while a blocking stream (one created
-  without ``CU_STREAM_NON_BLOCKING``) of the same context captures is
-  ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`` and invalidates those captures.
+  using the legacy NULL stream (queuing work on it, synchronizing, querying
+  or waiting on it, and the synchronous copies and memsets, which run on it)
+  while a blocking stream (one created without ``CU_STREAM_NON_BLOCKING``) of
+  the same context captures is ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`` and
+  invalidates those captures; nothing is done then.
   Work queued on a stream whose capture was invalidated is
   ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``.
 - Potentially unsafe calls (``cuMemAlloc``, ``cuMemFree``, ``cuMemAllocHost``,
@@ -118,6 +120,22 @@ UNSAFE_DURING_CAPTURE: frozenset[str] = frozenset(
 )
 
 
+#: Calls that may name the legacy stream while a blocking stream captures: they order no work.
+_LEGACY_QUERIES: frozenset[str] = frozenset(
+    {
+        "cuStreamGetCtx",
+        "cuStreamGetFlags",
+        "cuStreamGetPriority",
+        "cuStreamGetId",
+        "cuStreamIsCapturing",
+        "cuStreamGetCaptureInfo",
+        "cuStreamBeginCapture",
+        "cuStreamEndCapture",
+        "cuStreamDestroy",
+    }
+)
+
+
 def _node_type(call: str) -> Any:
     kind = _NODE_TYPES.get(call)
     if kind is not None:
@@ -137,6 +155,7 @@ class CapturedWork:
     run: Callable[[], None] | None
     refs: frozenset[int]
     host: Callable[[], None] | None
+    runs: int = 0  # how many launches reached it (a captured cuLaunchHostFunc runs once: see _launch_step)
 
 
 @dataclass(eq=False, slots=True)
@@ -226,12 +245,7 @@ class SimCapture(SimGraphs):
         host: Callable[[], None] | None,
     ) -> int | None:
         cap: Capture | None = st.capture
-        if cap is None:  # the legacy stream, while some capture is in progress
-            implicit = self._blocking_captures(st)
-            if implicit:
-                for other in implicit:
-                    self._invalidate(other)
-                raise Status(R.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+        if cap is None:
             return None
         if cap.invalidated:
             raise Status(INVALIDATED)
@@ -250,6 +264,16 @@ class SimCapture(SimGraphs):
         self._tls.captured_kernel = (fn, args, launch) if self._open_captures else None
         return super()._kernel_runner(fn, args, launch)
 
+    def _legacy_stream_used(self, null: Stream, call: str) -> None:
+        # Checked when the call looks the legacy stream up, before it has done anything.
+        if call in _LEGACY_QUERIES:
+            return
+        implicit = self._blocking_captures(null)
+        if implicit:
+            for other in implicit:
+                self._invalidate(other)
+            raise Status(R.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+
     def _capture_node(self, cap: Capture, st: Stream, kind: Any, spec: Any) -> Node:
         node = Node(self._handle(), cap.graph, kind, spec)
         cap.graph.nodes[node.handle] = node
@@ -261,6 +285,17 @@ class SimCapture(SimGraphs):
 
     def _launch_step(self, st: Stream, kind: Any, spec: Any) -> None:
         if isinstance(spec, CapturedWork):
+            spec.runs += 1
+            if spec.call == "cuLaunchHostFunc" and spec.runs > 1:
+                # cuda-bindings passes the driver a wrapper of its own for a cuLaunchHostFunc
+                # callback and frees the wrapper's data after the first call: a host node captured
+                # that way crashes the process the second time a graph runs it.
+                raise self._crash(
+                    "cuGraphLaunch",
+                    "a host function captured with cuLaunchHostFunc ran a second time: cuda-bindings "
+                    "freed its callback data after the first call",
+                    h(st.handle),
+                )
             self._enqueue(st, "cuGraphLaunch", spec.run, spec.refs, host=spec.host)
             return
         super()._launch_step(st, kind, spec)

@@ -141,9 +141,9 @@ def capture_scenarios() -> list[Scenario]:
     # until it ends, as split() documents (a stream leaves a capture only when the capture ends).
     add(_B + "split", _building, lambda e, s: s.b.split(2), probe=probe, state=state)
     add(_B + "join", _building_with_fork, lambda e, s: s.b.join(s.fork), probe=probe, state=state)
-    # Not all-or-nothing: a failed dependency update abandons the capture (as embed() documents).
+    # Not all-or-nothing: a failed dependency update abandons the capture (as embed() and callback() document).
     add(_B + "embed", _with_child, lambda e, s: s.b.embed(s.child), probe=probe, releases=True)
-    add(_B + "callback", _building, lambda e, s: s.b.callback(lambda: None), probe=probe, state=state)
+    add(_B + "callback", _building, lambda e, s: s.b.callback(lambda: None), probe=probe, releases=True)
     add(_B + "launch", _building, _launch, probe=probe, state=state)
     add(_B + "status", _building, lambda e, s: s.b.status, probe=probe)
     add(_B + "close", _building_with_fork, lambda e, s: s.b.close(), releases=True)
