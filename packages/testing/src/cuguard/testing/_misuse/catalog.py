@@ -32,6 +32,8 @@ CONTEXT = frozenset({"Context"})
 DEVICE = frozenset({"Device"})
 NODE = frozenset({"Node"})
 GRAPHDEF = frozenset({"GraphDefinition"})
+GRAPHCOND = frozenset({"GraphCondition"})
+BUILDER = frozenset({"GraphBuilder"})
 KERNEL = frozenset({"Kernel"})
 CONFIG = frozenset({"LaunchConfig"})
 MEMORY = frozenset({"Buffer", "PinnedBuffer"})
@@ -313,6 +315,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         "Stream",
         lambda s, fn: s.launch_host_func(fn),
         _v("fn", lambda: _noop, lambda: _boom, None, 5, good=2),
+        extra_errors=(RuntimeError,),  # documented: refused on a stream being captured
     )
     add("Stream.__cuda_stream__", "Stream", lambda s: s.__cuda_stream__())
     add("Stream.handle", "Stream", lambda s: s.handle)
@@ -904,6 +907,36 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add("GraphDefinition.close", "GraphDefinition", lambda g: g.close(), idempotent_close=True)
     add("GraphDefinition.__exit__", "GraphDefinition", _exit, idempotent_close=True, exit=True)
 
+    # --- graphs: conditional nodes -------------------------------------------------------------
+    add(
+        "GraphDefinition.create_condition",
+        "GraphDefinition",
+        lambda g, d: g.create_condition(d),
+        _v("default", 0, 1, None, 7, -1, 2**32, 1.5, "1", good=4),
+        weight=2,
+    )
+    cond = _p("condition", GRAPHCOND, "GraphCondition")
+    for target in ("GraphDefinition", "Node"):
+        add(f"{target}.if_then", target, lambda t, c: t.if_then(c), cond, weight=2)
+        add(f"{target}.if_else", target, lambda t, c: t.if_else(c), cond)
+        add(
+            f"{target}.switch",
+            target,
+            lambda t, c, n: t.switch(c, n),
+            cond,
+            _v("count", 1, 3, 0, -1, None, 1.5, good=2),
+        )
+        # Not on a GPU: nothing in the sweep clears a condition, so a while node whose value is not 0
+        # would run its body until the launch is killed.
+        add(f"{target}.while_loop", target, lambda t, c: t.while_loop(c), cond, real=False)
+    add(
+        "Node.branches",
+        "Node",
+        lambda n: [(b.nodes, b.edges) for b in n.branches],
+        receiver_type="conditional",
+    )
+    add("GraphCondition.handle", "GraphCondition", lambda c: (c.handle, c.default, c.graph))
+
     # --- graphs: nodes and edges ---------------------------------------------------------------
     add("Node.set_args", "Node", lambda n, *args: n.set_args(*args), kargs, receiver_type="kernel")
     add(
@@ -959,6 +992,101 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add("Graph.upload", "Graph", lambda x, s: x.upload(s), _p("stream", STREAM, "Stream"))
     add("Graph.update", "Graph", lambda x, g: x.update(g), _p("definition", GRAPHDEF, "GraphDefinition"))
     add("Graph.handle", "Graph", lambda x: x.handle)
+
+    # --- graphs: per-node changes of executable graphs --------------------------------------------
+    def node_of(kind: str = "") -> Param:
+        return _p("node", NODE, "Node", node_type=kind)
+
+    add(
+        "Graph.set_kernel_params",
+        "Graph",
+        lambda x, n, cfg, k: x.set_kernel_params(n, cfg, k),
+        node_of("kernel"),
+        _p("config", CONFIG, "LaunchConfig"),
+        _p("kernel", KERNEL, "Kernel"),
+    )
+    add(
+        "Graph.set_memset_params",
+        "Graph",
+        lambda x, n, dst, v: x.set_memset_params(n, dst, v),
+        node_of("memset"),
+        _p("dst", frozenset({"Buffer"}), "Buffer"),
+        _v("value", 1, 0, 255, -1, 256, None, 1.5, good=3),
+    )
+    add(
+        "Graph.set_memcpy_params",
+        "Graph",
+        lambda x, n, dst, src: x.set_memcpy_params(n, dst, src),
+        node_of("memcpy"),
+        _p("dst", MEMORY, "Buffer"),
+        _p("src", MEMORY, "Buffer"),
+    )
+    add(
+        "Graph.set_callback",
+        "Graph",
+        lambda x, n, fn: x.set_callback(n, fn),
+        node_of("host"),
+        _v("fn", lambda: _noop, lambda: _boom, 5, good=2),
+    )
+    # Record and wait nodes both take an event: the kind of node is checked, not typed.
+    add("Graph.set_event", "Graph", lambda x, n, ev: x.set_event(n, ev), node_of(), _p("event", EVENT, "Event"))
+    add(
+        "Graph.set_child",
+        "Graph",
+        lambda x, n, child: x.set_child(n, child),
+        node_of("graph"),
+        _p("child", GRAPHDEF, "GraphDefinition"),
+    )
+    add(
+        "Graph.set_enabled",
+        "Graph",
+        lambda x, n, on: x.set_enabled(n, on),
+        node_of(),
+        _v("enabled", False, True, 0, None, "yes", good=2),
+    )
+    add("Graph.is_enabled", "Graph", lambda x, n: x.is_enabled(n), node_of())
     add("Graph.close", "Graph", lambda x: x.close(), idempotent_close=True)
     add("Graph.__exit__", "Graph", _exit, idempotent_close=True, exit=True)
+
+    # --- graphs: stream capture ------------------------------------------------------------------
+    # Builders capture in relaxed mode: a capture in global mode prohibits the potentially unsafe
+    # calls of every operation the sweep interleaves (a documented CUDAError, and an invalidated capture).
+    state = (RuntimeError,)  # documented: an operation that needs a capture in progress (or ended) without one
+    add(
+        "GraphBuilder",
+        None,
+        lambda s, mode: G.GraphBuilder(s, mode=mode),
+        _p("stream", frozenset({"Stream"}), "Stream"),
+        _v("mode", "relaxed", "loose", None, 2, good=1),
+        weight=2,
+    )
+    add("GraphBuilder.begin_building", "GraphBuilder", lambda b: b.begin_building(), extra_errors=state, weight=3)
+    add("GraphBuilder.end_building", "GraphBuilder", lambda b: b.end_building(), extra_errors=state, weight=3)
+    add("GraphBuilder.complete", "GraphBuilder", lambda b: b.complete(), extra_errors=state, weight=2)
+    add(
+        "GraphBuilder.split",
+        "GraphBuilder",
+        lambda b, n: b.split(n),
+        _v("count", 2, 1, 0, "2", None, good=2),
+        extra_errors=state,
+    )
+    add(
+        "GraphBuilder.join",
+        "GraphBuilder",
+        lambda b, f: b.join(f),
+        _p("forks", BUILDER, "GraphBuilder"),
+        extra_errors=state,
+    )
+    add(
+        "GraphBuilder.embed",
+        "GraphBuilder",
+        lambda b, c: b.embed(c),
+        _p("child", GRAPHDEF | BUILDER, "GraphBuilder"),
+        extra_errors=state,
+    )
+    add("GraphBuilder.callback", "GraphBuilder", lambda b: b.callback(_noop), extra_errors=state)
+    add("GraphBuilder.status", "GraphBuilder", lambda b: (b.status, b.is_building, b.mode, b.stream))
+    add("GraphBuilder.definition", "GraphBuilder", lambda b: b.definition, extra_errors=state)
+    add("GraphBuilder.close", "GraphBuilder", lambda b: b.close(), idempotent_close=True)
+    add("GraphBuilder.__exit__", "GraphBuilder", _exit, idempotent_close=True, exit=True)
     return ops

@@ -71,6 +71,8 @@ POOLED_KINDS = frozenset(
         "GraphDefinition",
         "Node",
         "Graph",
+        "GraphBuilder",
+        "GraphCondition",
         "ForeignStream",
         "NumpyView",
         *MEMORY_RESOURCES,
@@ -90,6 +92,8 @@ UNIQUE_KINDS = frozenset(
         "GraphDefinition",
         "Node",
         "Graph",
+        "GraphCondition",
+        "GraphBuilder",
         *MEMORY_RESOURCES,
     }
 )
@@ -220,6 +224,8 @@ class Model:
             "GraphDefinition": "g",
             "Node": "n",
             "Graph": "x",
+            "GraphCondition": "cond",
+            "GraphBuilder": "gb",
             "ForeignStream": "fs",
             "NumpyView": "view",
             "DeviceMemoryResource": "dmr",
@@ -345,12 +351,16 @@ class Model:
             return self._own_state(obj.module, "Module", driver)
         if kind in ("GraphDefinition", "Graph"):
             return "closed" if obj._closed else None
+        if kind == "GraphBuilder":
+            return "closed" if obj._closed else self._own_state(obj._stream, "Stream", driver)
         if kind in POOL_RESOURCES:
             if obj._closed:
                 return "closed"
             return self._own_state(obj._context, "Context", driver)
         if kind == "Node":
             return "closed" if obj._state != 0 or obj._graph._closed else None
+        if kind == "GraphCondition":
+            return "closed" if obj._graph._closed else None
         return None
 
 
@@ -364,6 +374,8 @@ _CAUSES = {
     "Module": ("Module", "Context"),
     "Kernel": ("Kernel", "Module", "Context"),
     "Node": ("Node", "GraphDefinition"),
+    "GraphCondition": ("GraphCondition", "GraphDefinition", "ConditionalBody"),
+    "GraphBuilder": ("GraphBuilder", "Stream", "Context"),
     # a resource refuses through what it uses: its context (pools) or its Device (the others)
     **{kind: (kind, "Context", "Device") for kind in MEMORY_RESOURCES},
 }
