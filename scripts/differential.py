@@ -737,6 +737,147 @@ def pool_host_numa(d: Any) -> Obs:
     return out
 
 
+@scenario
+def ipc_event_handle_context(d: Any) -> Obs:
+    """Which context cuIpcGetEventHandle needs current: none, another context, then the event's own."""
+    dev = ok(d.cuDeviceGet(0))
+    primary = ok(d.cuDevicePrimaryCtxRetain(dev))
+    _must(d.cuCtxSetCurrent(primary))
+    ev = ok(d.cuEventCreate(2 | 4))
+    _must(d.cuCtxSetCurrent(B.CUcontext(0)))
+    out: Obs = [name(d.cuIpcGetEventHandle(ev)[0])]
+    other = ok(ctx_create(d, 0, dev))  # current now
+    out.append(name(d.cuIpcGetEventHandle(ev)[0]))
+    _must(d.cuCtxSetCurrent(primary))
+    out.append(name(d.cuIpcGetEventHandle(ev)[0]))
+    out.append(name(d.cuEventDestroy(ev)[0]))
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuCtxDestroy(other)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuDevicePrimaryCtxRelease(dev)
+    return out
+
+
+@scenario
+def pool_ipc_without_context(d: Any) -> Obs:
+    """The pool IPC calls with no context current: export of the pool and of a pointer, the imports."""
+    dev = ok(d.cuDeviceGet(0))
+    primary = ok(d.cuDevicePrimaryCtxRetain(dev))
+    _must(d.cuCtxSetCurrent(primary))
+    s = ok(d.cuStreamCreate(0))
+    pool = ok(d.cuMemPoolCreate(_pool_props(shareable=True)))
+    p = ok(d.cuMemAllocFromPoolAsync(4096, pool, s))
+    _must(d.cuStreamSynchronize(s))
+    _must(d.cuCtxSetCurrent(B.CUcontext(0)))
+    err, fd = d.cuMemPoolExportToShareableHandle(pool, _POOL_FD, 0)
+    out: Obs = [name(err)]
+    err, data = d.cuMemPoolExportPointer(p)
+    out.append(name(err))
+    imported = None
+    if out[0] == "CUDA_SUCCESS":
+        err, imported = d.cuMemPoolImportFromShareableHandle(int(fd), _POOL_FD, 0)
+        out.append(name(err))
+        os.close(int(fd))
+        if not err and data is not None:
+            err, q = d.cuMemPoolImportPointer(imported, data)
+            out.append(name(err))
+            if not err:
+                _must(d.cuCtxSetCurrent(primary))
+                out.append(name(d.cuMemFree(q)[0]))
+    _must(d.cuCtxSetCurrent(primary))
+    if imported is not None and int(imported):
+        out.append(name(d.cuMemPoolDestroy(imported)[0]))
+    d.cuMemFreeAsync(p, s)
+    d.cuStreamSynchronize(s)
+    out.append(name(d.cuMemPoolDestroy(pool)[0]))
+    d.cuStreamDestroy(s)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuDevicePrimaryCtxRelease(dev)
+    return out
+
+
+@scenario
+def pool_export_pointer_readiness(d: Any) -> Obs:
+    """When cuMemPoolExportPointer accepts a stream-ordered allocation of a shareable pool.
+
+    For 128 bytes and 2 MiB, with the pool's context current and with none: exported at once
+    after cuMemAllocFromPoolAsync, then after the stream is synchronized; and exported while
+    a host function (waiting on a gate) holds the stream back before the allocation, then
+    after the gate opens and the stream is synchronized.
+    """
+    gate = threading.Event()
+    blocker = _HOSTFN(lambda _p: gate.wait(10) and None)
+    blocker_fn = B.CUhostFn(ctypes.cast(blocker, ctypes.c_void_p).value)
+    dev = ok(d.cuDeviceGet(0))
+    primary = ok(d.cuDevicePrimaryCtxRetain(dev))
+    _must(d.cuCtxSetCurrent(primary))
+    s = ok(d.cuStreamCreate(0))
+    pool = ok(d.cuMemPoolCreate(_pool_props(shareable=True)))
+    out: Obs = []
+
+    def export(p: Any, current: bool) -> str:
+        _must(d.cuCtxSetCurrent(primary if current else B.CUcontext(0)))
+        status = name(d.cuMemPoolExportPointer(p)[0])
+        _must(d.cuCtxSetCurrent(primary))
+        return status
+
+    for size in (128, 2 << 20):
+        for current in (True, False):
+            p = ok(d.cuMemAllocFromPoolAsync(size, pool, s))
+            out.append(export(p, current))
+            _must(d.cuStreamSynchronize(s))
+            out.append(export(p, current))
+            gate.clear()
+            _must(d.cuLaunchHostFunc(s, blocker_fn, 0))
+            q = ok(d.cuMemAllocFromPoolAsync(size, pool, s))
+            out.append(export(q, current))
+            gate.set()
+            _must(d.cuStreamSynchronize(s))
+            out.append(export(q, current))
+            for r in (p, q):
+                d.cuMemFreeAsync(r, s)
+            _must(d.cuStreamSynchronize(s))
+    out.append(name(d.cuMemPoolDestroy(pool)[0]))
+    d.cuStreamDestroy(s)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuDevicePrimaryCtxRelease(dev)
+    return out
+
+
+@scenario
+def pool_max_size_rounding(d: Any) -> Obs:
+    """How much a pool of a given maxSize holds: 2 MiB allocations until the first refusal.
+
+    For each limit: the limit and the total allocated at the first refusal (in MiB), and what
+    CU_MEMPOOL_ATTR_MAX_POOL_SIZE answers (status and value; cuda-bindings 13.x only).
+    """
+    step = 2 << 20
+    out: Obs = []
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        for limit in (4 << 20, 34 << 20, 48 << 20):
+            pool = ok(d.cuMemPoolCreate(_pool_props(max_size=limit)))
+            held: list[Any] = []
+            while len(held) < 64:
+                err, p = d.cuMemAllocFromPoolAsync(step, pool, s)
+                if err:
+                    out += [limit >> 20, (len(held) * step) >> 20, name(err)]
+                    break
+                held.append(p)
+            else:
+                out += [limit >> 20, None, "no refusal up to 128 MiB"]
+            attr = getattr(_PA, "CU_MEMPOOL_ATTR_MAX_POOL_SIZE", None)
+            if attr is not None:
+                err, value = d.cuMemPoolGetAttribute(pool, attr)
+                out += [name(err), (int(value) >> 20) if not err else None]
+            for p in held:
+                d.cuMemFreeAsync(p, s)
+            _must(d.cuStreamSynchronize(s))
+            out.append(name(d.cuMemPoolDestroy(pool)[0]))
+        d.cuStreamDestroy(s)
+    return out
+
+
 def _graph_with(d: Any, n: int) -> tuple[Any, list[Any]]:
     g = ok(d.cuGraphCreate(0))
     return g, [ok(d.cuGraphAddEmptyNode(g, None, 0)) for _ in range(n)]
@@ -1957,12 +2098,236 @@ def capture_host_function_node(d: Any) -> Obs:
         finally:
             _end_quietly(d, s)
         out += [status, len(ran), _node_kinds(d, graph)]
-        out += _run_graph(d, graph, s)
+        # One launch only: cuda-bindings frees a cuLaunchHostFunc callback's data after its first call.
         out += _run_graph(d, graph, s)
         out.append(len(ran))
         d.cuGraphDestroy(graph)
         d.cuStreamDestroy(s)
     return out
+
+
+# --- conditional nodes and per-node updates of executable graphs ------------------------------
+
+_COND = B.CUgraphConditionalNodeType
+_ASSIGN_DEFAULT = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
+
+
+def _add_node(d: Any, graph: Any, deps: list[Any], params: Any) -> Any:
+    """cuGraphAddNode with default edges (13.x takes edge data, 12.x does not)."""
+    if BINDINGS_MAJOR >= 13:
+        return d.cuGraphAddNode(graph, deps or None, None, len(deps), params)
+    return d.cuGraphAddNode(graph, deps or None, len(deps), params)
+
+
+def _conditional(  # noqa: PLR0917 - the node parameters' fields
+    d: Any, graph: Any, handle: Any, kind: Any, size: int, ctx: Any, deps: list[Any]
+) -> tuple[str, Any, list[Any]]:
+    """(status, node, bodies) of a conditional node; bodies only on success (phGraph_out is unset otherwise)."""
+    params = B.CUgraphNodeParams()
+    params.type = B.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = handle
+    params.conditional.type = kind
+    params.conditional.size = size
+    params.conditional.ctx = ctx
+    err, node = _add_node(d, graph, deps, params)
+    if int(err):
+        return name(err), None, []
+    return name(err), node, list(params.conditional.phGraph_out)[:size]
+
+
+def _memset_node(d: Any, graph: Any, deps: list[Any], ptr: Any, value: int, n: int, ctx: Any) -> Any:  # noqa: PLR0917
+    p = B.CUDA_MEMSET_NODE_PARAMS()
+    p.dst, p.value, p.elementSize, p.width, p.height, p.pitch = ptr, value, 1, n, 1, 0
+    return ok(d.cuGraphAddMemsetNode(graph, deps or None, len(deps), p, ctx))
+
+
+def _read(d: Any, ptr: Any, n: int) -> str:
+    host = bytearray(n)
+    ok(d.cuMemcpyDtoH(host, ptr, n))
+    return bytes(host).hex()
+
+
+@scenario
+def conditional_branches_by_default_value(d: Any) -> Obs:
+    # Which body runs, decided by the handle's default (assigned at each launch): if, if-else,
+    # switch (in range and past the last body) and a while node whose value is 0.
+    cases = [
+        ("if", _COND.CU_GRAPH_COND_TYPE_IF, 1, 1),
+        ("if0", _COND.CU_GRAPH_COND_TYPE_IF, 1, 0),
+        ("if_else", _COND.CU_GRAPH_COND_TYPE_IF, 2, 0),
+        ("switch", _COND.CU_GRAPH_COND_TYPE_SWITCH, 3, 2),
+        ("switch_past", _COND.CU_GRAPH_COND_TYPE_SWITCH, 3, 5),
+        ("while0", _COND.CU_GRAPH_COND_TYPE_WHILE, 1, 0),
+    ]
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(8))
+        for label, kind, size, default in cases:
+            g = ok(d.cuGraphCreate(0))
+            handle = ok(d.cuGraphConditionalHandleCreate(g, ctx, default, _ASSIGN_DEFAULT))
+            first = _memset_node(d, g, [], p, 0xEE, 8, ctx)
+            status, _, bodies = _conditional(d, g, handle, kind, size, ctx, [first])
+            for i, body in enumerate(bodies):
+                _memset_node(d, body, [], p, 0x10 + i, 8, ctx)
+            out.append([label, status, len(bodies), *_run_graph(d, g, s), _read(d, p, 8)])
+            d.cuGraphDestroy(g)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def conditional_refusals(d: Any) -> Obs:
+    # CUDA's sizes per type, a handle of another graph, handle flags, and a handle no node uses.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        g = ok(d.cuGraphCreate(0))
+        other = ok(d.cuGraphCreate(0))
+        handle = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, 0))
+        theirs = ok(d.cuGraphConditionalHandleCreate(other, ctx, 0, 0))
+        for kind, size in ((_COND.CU_GRAPH_COND_TYPE_IF, 3), (_COND.CU_GRAPH_COND_TYPE_WHILE, 2)):
+            out.append(_conditional(d, g, handle, kind, size, ctx, [])[0])
+        out.append(_conditional(d, g, theirs, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0])
+        out.append(name(d.cuGraphConditionalHandleCreate(g, ctx, 0, 2)[0]))
+        out.append(int(d.cuGraphGetNodes(g, 0)[-1]))
+        unused = ok(d.cuGraphCreate(0))
+        ok(d.cuGraphConditionalHandleCreate(unused, ctx, 1, _ASSIGN_DEFAULT))
+        err, exe = d.cuGraphInstantiate(unused, 0)
+        out.append(["unused handle, instantiate", name(err)])
+        if not int(err):
+            d.cuGraphExecDestroy(exe)
+        for graph in (g, other, unused):
+            d.cuGraphDestroy(graph)
+    return out
+
+
+@scenario
+def conditional_graph_clone_and_nested_bodies(d: Any) -> Obs:
+    # An if node whose body holds a switch node (a handle of the outer graph), cloned and run.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(4))
+        g = ok(d.cuGraphCreate(0))
+        outer = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, _ASSIGN_DEFAULT))
+        inner = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, _ASSIGN_DEFAULT))
+        _memset_node(d, g, [], p, 0, 4, ctx)
+        status, _, (body,) = _conditional(d, g, outer, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+        status2, _, cases = _conditional(d, body, inner, _COND.CU_GRAPH_COND_TYPE_SWITCH, 2, ctx, [])
+        for i, case in enumerate(cases):
+            _memset_node(d, case, [], p, 0x30 + i, 4, ctx)
+        out += [status, status2]
+        roots = int(d.cuGraphGetRootNodes(g, 0)[-1])
+        copy = ok(d.cuGraphClone(g))
+        out += [roots, _node_kinds(d, copy), *_run_graph(d, copy, s), _read(d, p, 4)]
+        for graph in (copy, g):
+            d.cuGraphDestroy(graph)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def exec_node_updates_and_enabling(d: Any) -> Obs:
+    # Per-node updates of an executable graph and their refusals, then disabling a node and a
+    # whole-graph update from a clone while it is disabled.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(0))
+        a, b = ok(d.cuMemAlloc(8)), ok(d.cuMemAlloc(8))
+        ok(d.cuMemsetD8(a, 0, 8))
+        ok(d.cuMemsetD8(b, 0, 8))
+        g = ok(d.cuGraphCreate(0))
+        m = _memset_node(d, g, [], a, 1, 8, ctx)
+        e = ok(d.cuGraphAddEmptyNode(g, [m], 1))
+        other = ok(d.cuGraphCreate(0))
+        foreign = _memset_node(d, other, [], b, 1, 8, ctx)
+        exe = ok(d.cuGraphInstantiate(g, 0))
+        p = B.CUDA_MEMSET_NODE_PARAMS()
+        p.dst, p.value, p.elementSize, p.width, p.height, p.pitch = b, 5, 1, 8, 1, 0
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, m, p, ctx)[0]))
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, foreign, p, ctx)[0]))
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, e, p, ctx)[0]))
+        p2 = B.CUDA_MEMSET_NODE_PARAMS()
+        p2.dst, p2.value, p2.elementSize, p2.width, p2.height, p2.pitch = b, 6, 1, 4, 2, 4
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, m, p2, ctx)[0]))  # two-dimensional
+        out += [name(d.cuGraphLaunch(exe, s)[0]), name(d.cuStreamSynchronize(s)[0]), _read(d, a, 8), _read(d, b, 8)]
+        out.append(name(d.cuGraphNodeSetEnabled(exe, e, 0)[0]))  # an empty node
+        out.append(name(d.cuGraphNodeSetEnabled(exe, m, 0)[0]))
+        err, enabled = d.cuGraphNodeGetEnabled(exe, m)
+        out.append([name(err), int(enabled or 0)])
+        ok(d.cuMemsetD8(b, 0, 8))
+        d.cuGraphLaunch(exe, s)
+        d.cuStreamSynchronize(s)
+        out.append(_read(d, b, 8))
+        copy = ok(d.cuGraphClone(g))
+        err = d.cuGraphExecUpdate(exe, copy)[0]
+        out.append(name(err))
+        err, enabled = d.cuGraphNodeGetEnabled(exe, m)
+        out.append(["after update", name(err), int(enabled or 0)])
+        ok(d.cuMemsetD8(a, 0, 8))
+        ok(d.cuMemsetD8(b, 0, 8))
+        d.cuGraphLaunch(exe, s)
+        d.cuStreamSynchronize(s)
+        out += [_read(d, a, 8), _read(d, b, 8)]
+        d.cuGraphExecDestroy(exe)
+        for graph in (copy, g, other):
+            d.cuGraphDestroy(graph)
+        d.cuMemFree(a)
+        d.cuMemFree(b)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def exec_copy_and_child_updates(d: Any) -> Obs:
+    # A memcpy update that changes a memory type, and child-graph updates of another topology
+    # and of the same one.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(0))
+        a, b = ok(d.cuMemAlloc(8)), ok(d.cuMemAlloc(8))
+        ok(d.cuMemsetD8(a, 3, 8))
+        ok(d.cuMemsetD8(b, 0, 8))
+        g = ok(d.cuGraphCreate(0))
+        cp = B.CUDA_MEMCPY3D()
+        cp.srcMemoryType = cp.dstMemoryType = B.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        cp.srcDevice, cp.dstDevice = a, b
+        cp.WidthInBytes, cp.Height, cp.Depth = 8, 1, 1
+        copy_node = ok(d.cuGraphAddMemcpyNode(g, None, 0, cp, ctx))
+        child = ok(d.cuGraphCreate(0))
+        _memset_node(d, child, [], a, 1, 8, ctx)
+        child_node = ok(d.cuGraphAddChildGraphNode(g, [copy_node], 1, child))
+        exe = ok(d.cuGraphInstantiate(g, 0))
+        host = (ctypes.c_char * 8)()
+        to_host = B.CUDA_MEMCPY3D()
+        to_host.srcMemoryType = B.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        to_host.dstMemoryType = B.CUmemorytype.CU_MEMORYTYPE_HOST
+        to_host.srcDevice = a
+        to_host.dstHost = ctypes.addressof(host)
+        to_host.WidthInBytes, to_host.Height, to_host.Depth = 8, 1, 1
+        out.append(name(d.cuGraphExecMemcpyNodeSetParams(exe, copy_node, to_host, ctx)[0]))
+        bigger = ok(d.cuGraphCreate(0))
+        first = _memset_node(d, bigger, [], a, 2, 8, ctx)
+        _memset_node(d, bigger, [first], a, 2, 8, ctx)
+        out.append(name(d.cuGraphExecChildGraphNodeSetParams(exe, child_node, bigger)[0]))
+        same = ok(d.cuGraphCreate(0))
+        _memset_node(d, same, [], a, 9, 8, ctx)
+        out.append(name(d.cuGraphExecChildGraphNodeSetParams(exe, child_node, same)[0]))
+        out += _run_graph_exec(d, exe, s)
+        out += [_read(d, a, 8), _read(d, b, 8)]
+        d.cuGraphExecDestroy(exe)
+        for graph in (g, child, bigger, same):
+            d.cuGraphDestroy(graph)
+        d.cuMemFree(a)
+        d.cuMemFree(b)
+        d.cuStreamDestroy(s)
+    return out
+
+
+def _run_graph_exec(d: Any, exe: Any, stream: Any) -> list[str]:
+    return [name(d.cuGraphLaunch(exe, stream)[0]), name(d.cuStreamSynchronize(stream)[0])]
 
 
 def run_all(driver: Any, devices: int, only: str | None = None) -> dict[str, Any]:
