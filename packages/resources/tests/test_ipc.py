@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cuguard.context import Context
 from cuguard.errors import CUDAError
 from cuguard.resources import (
     Buffer,
@@ -267,6 +268,45 @@ def test_descriptors_are_plain_picklable_data(device: Device, ipc_mr: DeviceMemo
     assert pickle.loads(pickle.dumps(edesc)) == edesc
     buf.close()
     event.close()
+
+
+@pytest.mark.contract("G2", "C1")
+@pytest.mark.parametrize("caller", ["none", "other"])
+@pytest.mark.parametrize("size", [128, 2 << 20])
+def test_descriptors_right_after_a_stream_ordered_allocation(
+    device: Device, ipc_mr: DeviceMemoryResource, stream: Any, *, size: int, caller: str, request: pytest.FixtureRequest
+) -> None:
+    """A buffer exported at once after its allocation on a stream, and an IPC event, with no context or
+    another one current: the buffer's stream is waited for first, both run in the device's context, and
+    the caller's context is current again afterwards."""
+    if caller == "other":
+        request.getfixturevalue("other_context")
+    before = Context.current()
+    buf = ipc_mr.allocate(size, stream)
+    with record_calls() as log:
+        desc = buf.get_ipc_descriptor()
+    names = [c.name for c in log]
+    assert names.index("cuStreamSynchronize") < names.index("cuMemPoolExportPointer")
+    assert desc.size == size
+    event = device.create_event(ipc_enabled=True)
+    assert len(event.get_ipc_descriptor().data) == 64
+    assert Context.current() == before
+    buf.close()
+    event.close()
+
+
+@pytest.mark.contract("G2", "G3")
+@pytest.mark.parametrize("call", ["cuStreamSynchronize", "cuMemPoolExportPointer", "cuCtxSetCurrent"])
+def test_a_failed_buffer_export_leaves_the_buffer_usable(
+    device: Device, ipc_mr: DeviceMemoryResource, stream: Any, call: str
+) -> None:
+    buf = ipc_mr.allocate(256, stream)
+    with inject(call, INVALID_VALUE), pytest.raises(CUDAError) as info:
+        buf.get_ipc_descriptor()
+    assert info.value.call == call
+    assert Context.current() is None
+    assert buf.get_ipc_descriptor().size == 256  # G3: still usable, and exported now
+    buf.close()
 
 
 @pytest.mark.contract("G1", "G3")

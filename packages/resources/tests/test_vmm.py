@@ -26,6 +26,33 @@ def mr(device: Device) -> VirtualMemoryResource:
     return VirtualMemoryResource(device)
 
 
+def _driver_follows_hints(mr: VirtualMemoryResource) -> bool:
+    """Whether the driver reserves the addresses right after another range when asked (an H200 did not)."""
+    g = mr.granularity
+    err, first = driver.cuMemAddressReserve(g, 0, 0, 0)
+    assert not err
+    err, second = driver.cuMemAddressReserve(g, 0, int(first) + g, 0)
+    assert not err
+    followed = int(second) == int(first) + g
+    for va in (second, first):
+        (err,) = driver.cuMemAddressFree(va, g)
+        assert not err
+    return followed
+
+
+@pytest.fixture
+def hints_followed(cuguard_driver: Any, mr: VirtualMemoryResource, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that follows address hints, so that a buffer can grow in place.
+
+    The simulator is told to (by default it does not, as an H200); a real driver that does not is
+    skipped, since in-place growth cannot happen there.
+    """
+    if isinstance(cuguard_driver, SimulatedDriver):
+        monkeypatch.setattr(cuguard_driver, "follow_address_hints", True)
+    elif not _driver_follows_hints(mr):
+        pytest.skip("the driver does not follow address hints: no buffer can grow in place")
+
+
 def _bytes(buf: Buffer) -> bytes:
     out = bytearray(buf.size)
     buf.copy_to(out)
@@ -104,7 +131,7 @@ def test_a_failed_restore_releases_the_new_buffer(
     other_context.set_current()
 
 
-def test_grow_keeps_the_bytes(device: Device, mr: VirtualMemoryResource, cuguard_driver: Any) -> None:
+def test_grow_keeps_the_bytes(device: Device, mr: VirtualMemoryResource) -> None:
     buf = mr.allocate(1000)
     data = _pattern(buf)
     ptr = buf.ptr
@@ -118,19 +145,38 @@ def test_grow_keeps_the_bytes(device: Device, mr: VirtualMemoryResource, cuguard
     assert _bytes(buf)[:1000] == data
     buf.fill(7)
     assert _bytes(buf) == b"\x07" * grown
-    if isinstance(cuguard_driver, SimulatedDriver):
-        assert buf.ptr == ptr  # the addresses after it were free: grown in place
+    buf.close()
+    assert mr.held == 0
+
+
+@pytest.mark.usefixtures("hints_followed")
+def test_grow_in_place_keeps_the_address(device: Device, mr: VirtualMemoryResource) -> None:
+    buf = mr.allocate(1000)
+    data = _pattern(buf)
+    ptr = buf.ptr
+    with record_calls() as log:
+        mr.modify_allocation(buf, mr.granularity * 2)
+    assert _vmm_names(log) == list(ALLOCATE_CALLS)  # one range right after the buffer: nothing moved
+    assert buf.ptr == ptr
+    assert _bytes(buf)[:1000] == data
+    buf.fill(5)
+    assert _bytes(buf) == b"\x05" * buf.size  # across the old and the new range
     buf.close()
     assert mr.held == 0
 
 
 def _blocked(mr: VirtualMemoryResource, buf: Buffer) -> Any:
-    """Reserve the addresses right after ``buf``, so that growing it must move it; the range, or None."""
+    """Make growing ``buf`` move it: the range now reserved right after it, or None.
+
+    A driver that follows address hints gets the addresses right after the buffer reserved (so
+    they are not free); one that does not (an H200) puts that reservation elsewhere, which is
+    given back at once: growing moves the buffer there anyway.
+    """
     g = mr.granularity
     end = buf.ptr + (buf.size + g - 1) // g * g
     err, blocker = driver.cuMemAddressReserve(4 * g, 0, end, 0)
     assert not err
-    if int(blocker) != end:  # the driver did not follow the hint: nothing is blocked
+    if int(blocker) != end:
         (err,) = driver.cuMemAddressFree(blocker, 4 * g)
         assert not err
         return None
@@ -143,9 +189,14 @@ def _unblock(mr: VirtualMemoryResource, blocker: Any) -> None:
         assert not err
 
 
+@pytest.mark.parametrize("hints", ["driver's own", "followed"])
 def test_grow_elsewhere_maps_the_memory_again_and_keeps_the_old_address(
-    device: Device, mr: VirtualMemoryResource
+    device: Device, mr: VirtualMemoryResource, hints: str, request: pytest.FixtureRequest
 ) -> None:
+    """Growing moves the buffer when the addresses after it are not given: the hint is not followed, or
+    (``followed``) the driver follows hints and those addresses are taken."""
+    if hints == "followed":
+        request.getfixturevalue("hints_followed")
     with leak_check():
         _grow_elsewhere(device, mr)
     assert mr.held == 0
@@ -158,16 +209,17 @@ def _grow_elsewhere(device: Device, mr: VirtualMemoryResource) -> None:
     old = buf.ptr
     blocker = _blocked(mr, buf)
     try:
-        mr.modify_allocation(buf, mr.granularity * 2)
+        with record_calls() as log:
+            mr.modify_allocation(buf, mr.granularity * 2)
+        assert "cuMemAddressFree" in _vmm_names(log)  # the misplaced range was given back
+        assert buf.ptr != old
         assert _bytes(buf)[:1000] == data
-        if blocker is not None:
-            assert buf.ptr != old
-            # The old address still shows the same memory until the buffer is released.
-            view = Buffer.from_handle(old, 1000, device=device)
-            assert _bytes(view) == data
-            buf.fill(3)
-            assert _bytes(view) == b"\x03" * 1000
-            view.close()
+        # The old address still shows the same memory until the buffer is released.
+        view = Buffer.from_handle(old, 1000, device=device)
+        assert _bytes(view) == data
+        buf.fill(3)
+        assert _bytes(view) == b"\x03" * 1000
+        view.close()
         buf.close()
     finally:
         _unblock(mr, blocker)
@@ -189,15 +241,14 @@ _ELSEWHERE = [
     ("where", "call", "nth"), [("in_place", *c) for c in _IN_PLACE] + [("elsewhere", *c) for c in _ELSEWHERE]
 )
 def test_a_failed_grow_leaves_the_buffer_as_it_was(
-    device: Device, mr: VirtualMemoryResource, where: str, call: str, nth: int
+    device: Device, mr: VirtualMemoryResource, *, where: str, call: str, nth: int, request: pytest.FixtureRequest
 ) -> None:
+    if where == "in_place":
+        request.getfixturevalue("hints_followed")
     buf = mr.allocate(1000)
     data = _pattern(buf)
     ptr, size = buf.ptr, buf.size
     blocker = _blocked(mr, buf) if where == "elsewhere" else None
-    if where == "elsewhere" and blocker is None:
-        buf.close()
-        pytest.skip("the driver did not reserve the addresses after the buffer where asked")
     try:
         # A refused give-back of the misplaced range leaks that range (W5), and says so.
         check = leak_check() if call != "cuMemAddressFree" else contextlib.nullcontext()

@@ -2,7 +2,8 @@
 
 scripts/differential.py runs the same edge cases on a real GPU (scenarios pool_default_and_current,
 pool_attributes, pool_max_size, pool_destroy_with_outstanding, pool_access_own_device, pool_export_refusals,
-pool_ipc_same_process, ipc_event_refusals, pool_host_numa).
+pool_ipc_same_process, ipc_event_refusals, pool_host_numa, pool_max_size_rounding,
+pool_export_pointer_readiness, ipc_event_handle_context).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from cuda.bindings import driver as cb
 
 from cuguard.testing._sim import SimulatedDriver, simulated_driver
-from cuguard.testing._sim.pools import POOL_GRANULE
+from cuguard.testing._sim.pools import POOL_GRANULE, POOL_MAX_SIZE_STEP
 
 pytestmark = pytest.mark.contract("B2")
 
@@ -123,14 +124,39 @@ def test_reserved_and_used_memory_follow_allocations(sim: SimulatedDriver) -> No
 
 
 def test_max_size_and_size_zero(sim: SimulatedDriver) -> None:
-    pool = _pool(sim, max_size=POOL_GRANULE)
+    pool = _pool(sim, max_size=POOL_MAX_SIZE_STEP)
     st = _stream(sim)
-    assert sim.cuMemAllocFromPoolAsync(POOL_GRANULE + 1, pool, st) == (R.CUDA_ERROR_OUT_OF_MEMORY, None)
+    assert sim.cuMemAllocFromPoolAsync(POOL_MAX_SIZE_STEP + 1, pool, st) == (R.CUDA_ERROR_OUT_OF_MEMORY, None)
     err, null = sim.cuMemAllocFromPoolAsync(0, pool, st)
     assert err == OK
     assert int(null) == 0
     sim.cuMemPoolDestroy(pool)
     sim.cuStreamDestroy(st)
+
+
+def test_max_size_is_rounded_up_to_32_mib(sim: SimulatedDriver) -> None:
+    """A pool of 4 MiB holds 6 MiB (as on an H200) and refuses past 32 MiB."""
+    pool = _pool(sim, max_size=4 << 20)
+    st = _stream(sim)
+    err, first = sim.cuMemAllocFromPoolAsync(2 << 20, pool, st)
+    assert err == OK
+    err, second = sim.cuMemAllocFromPoolAsync(4 << 20, pool, st)
+    assert err == OK
+    assert sim.cuMemAllocFromPoolAsync(POOL_MAX_SIZE_STEP - (6 << 20) + 1, pool, st) == (
+        R.CUDA_ERROR_OUT_OF_MEMORY,
+        None,
+    )
+    err, last = sim.cuMemAllocFromPoolAsync(POOL_MAX_SIZE_STEP - (6 << 20), pool, st)
+    assert err == OK  # exactly the rounded-up size
+    for ptr in (first, second, last):
+        assert sim.cuMemFreeAsync(ptr, st) == (OK,)
+    assert sim.cuMemPoolDestroy(pool) == (OK,)
+    assert sim.cuStreamDestroy(st) == (OK,)
+
+
+def test_a_pool_on_a_device_the_driver_lacks_is_an_invalid_value(sim: SimulatedDriver) -> None:
+    assert sim.cuMemPoolCreate(_props(device=99)) == (INVALID_VALUE, None)  # as on an H200
+    assert _kinds(sim) == []
 
 
 def test_destroyed_pool_keeps_its_allocations_until_freed(sim: SimulatedDriver) -> None:
@@ -203,6 +229,7 @@ def test_shared_pool_round_trip_in_one_process(sim: SimulatedDriver) -> None:
     err, ptr = sim.cuMemAllocFromPoolAsync(256, pool, st)
     assert err == OK
     assert sim.cuMemsetD8(ptr, 0x42, 256) == (OK,)
+    assert sim.cuStreamSynchronize(st) == (OK,)  # exported once its stream reached the allocation
     err, fd = sim.cuMemPoolExportToShareableHandle(pool, FD, 0)
     assert err == OK
     err, data = sim.cuMemPoolExportPointer(ptr)
@@ -233,6 +260,36 @@ def test_shared_pool_round_trip_in_one_process(sim: SimulatedDriver) -> None:
     assert free == total  # the import's bytes were never counted as this device's
 
 
+def test_export_pointer_waits_until_the_stream_reached_the_allocation(sim: SimulatedDriver) -> None:
+    pool = _pool(sim, shareable=True)
+    st = _stream(sim)
+    err, ptr = sim.cuMemAllocFromPoolAsync(128, pool, st)
+    assert err == OK
+    assert sim.cuMemPoolExportPointer(ptr) == (INVALID_VALUE, None)  # still in flight on its stream
+    assert sim.cuStreamSynchronize(st) == (OK,)
+    assert sim.cuMemPoolExportPointer(ptr)[0] == OK
+    assert sim.cuMemPoolExportPointer(ptr)[0] == OK  # again: it stays reached
+    err, later = sim.cuMemAllocFromPoolAsync(2 << 20, pool, st)
+    assert sim.cuStreamQuery(st) == (OK,)  # a query that finds the stream idle retires its work too
+    assert sim.cuMemPoolExportPointer(later)[0] == OK
+    for p in (ptr, later):
+        assert sim.cuMemFreeAsync(p, st) == (OK,)
+    assert sim.cuStreamSynchronize(st) == (OK,)
+    assert sim.cuMemPoolDestroy(pool) == (OK,)
+    assert sim.cuStreamDestroy(st) == (OK,)
+
+
+def test_ipc_event_handle_needs_a_current_context(sim: SimulatedDriver) -> None:
+    err, shared = sim.cuEventCreate(2 | 4)
+    assert err == OK
+    err, ctx = sim.cuCtxGetCurrent()
+    assert sim.cuCtxSetCurrent(cb.CUcontext(0)) == (OK,)
+    assert sim.cuIpcGetEventHandle(shared) == (R.CUDA_ERROR_INVALID_CONTEXT, None)  # as on an H200
+    assert sim.cuCtxSetCurrent(ctx) == (OK,)
+    assert sim.cuIpcGetEventHandle(shared)[0] == OK
+    assert sim.cuEventDestroy(shared) == (OK,)
+
+
 def _child_maps(fd_holder: Any, data: bytes, conn: Any) -> None:
     with simulated_driver(devices=1) as drv:
         drv.cuInit(0)
@@ -259,6 +316,7 @@ def test_shared_pool_between_two_processes(sim: SimulatedDriver) -> None:
     st = _stream(sim)
     _err, ptr = sim.cuMemAllocFromPoolAsync(64, pool, st)
     sim.write(ptr, b"parent!!")
+    assert sim.cuStreamSynchronize(st) == (OK,)
     _err, fd = sim.cuMemPoolExportToShareableHandle(pool, FD, 0)
     _err, data = sim.cuMemPoolExportPointer(ptr)
     spawn = multiprocessing.get_context("spawn")

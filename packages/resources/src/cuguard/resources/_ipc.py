@@ -226,8 +226,33 @@ def import_pool(cls: Any, device: Any, alloc_handle: Any) -> Any:
 # --- buffers -------------------------------------------------------------------------------
 
 
+def _export_pointer(ptr: Any) -> Any:
+    err, data = driver.cuMemPoolExportPointer(ptr)
+    if err:
+        raise_status(err, "cuMemPoolExportPointer")
+    return data
+
+
+def _wait_allocated(handle: Any) -> None:
+    (err,) = driver.cuStreamSynchronize(handle)
+    if err:
+        raise_status(err, "cuStreamSynchronize")
+
+
+def _context_sync() -> None:
+    (err,) = driver.cuCtxSynchronize()
+    if err:
+        raise_status(err, "cuCtxSynchronize")
+
+
 def buffer_descriptor(buffer: Buffer) -> IPCBufferDescriptor:
-    """``Buffer.get_ipc_descriptor``."""
+    """``Buffer.get_ipc_descriptor``.
+
+    The driver exports only an allocation its stream has reached, so the
+    stream the buffer was allocated on is waited for first (the buffer's
+    context, when that stream was closed since); the export runs in the
+    buffer's context.
+    """
     from cuguard.resources._pools import DeviceMemoryResource
 
     mr = buffer._mr
@@ -237,9 +262,13 @@ def buffer_descriptor(buffer: Buffer) -> IPCBufferDescriptor:
             f"{buffer!r} cannot be shared: only buffers allocated from an IPC-enabled DeviceMemoryResource "
             "of this process can"
         )
-    err, data = driver.cuMemPoolExportPointer(handle)
-    if err:
-        raise_status(err, "cuMemPoolExportPointer")
+    stream = buffer._stream
+    if stream is not None:
+        if stream._closed:
+            call_in(buffer._context, _context_sync, None)
+        else:
+            _wait_allocated(stream._handle)
+    data = call_in(buffer._context, _export_pointer, None, handle)
     return IPCBufferDescriptor(_struct_bytes(data), buffer._size)
 
 
@@ -316,14 +345,19 @@ def is_ipc_event(event: Event) -> bool:
     return event in _ipc_events
 
 
-def event_descriptor(event: Event) -> IPCEventDescriptor:
-    """``Event.get_ipc_descriptor``."""
-    handle = event.handle  # ResourceClosedError once closed
-    if event not in _ipc_events:
-        raise ValueError(f"{event!r} cannot be shared: create it with Device.create_event(ipc_enabled=True)")
+def _event_handle(handle: Any) -> Any:
     err, ipc = driver.cuIpcGetEventHandle(handle)
     if err:
         raise_status(err, "cuIpcGetEventHandle")
+    return ipc
+
+
+def event_descriptor(event: Event) -> IPCEventDescriptor:
+    """``Event.get_ipc_descriptor``: the driver needs a context current, so it runs in the event's."""
+    handle = event.handle  # ResourceClosedError once closed
+    if event not in _ipc_events:
+        raise ValueError(f"{event!r} cannot be shared: create it with Device.create_event(ipc_enabled=True)")
+    ipc = call_in(event._context, _event_handle, None, handle)
     return IPCEventDescriptor(_struct_bytes(ipc))
 
 

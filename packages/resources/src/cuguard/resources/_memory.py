@@ -328,10 +328,15 @@ class Buffer(Resource):
 
         Only buffers of an IPC-enabled :class:`~cuguard.resources.DeviceMemoryResource`
         of this process can be shared (``ValueError`` otherwise, before the
-        driver is asked). The other process maps it with
-        :meth:`from_ipc_descriptor` and must free its mapping before this
-        buffer is freed. Raises :class:`~cuguard.errors.CUDAError` if the
-        driver refuses, ``ResourceClosedError`` once closed.
+        driver is asked). The driver exports only an allocation its stream
+        has reached, so this first waits for the stream the buffer was
+        allocated on (for the buffer's context when that stream was closed);
+        the export runs in the buffer's context, whatever is current. The
+        other process maps it with :meth:`from_ipc_descriptor` and must free
+        its mapping before this buffer is freed. Raises
+        :class:`~cuguard.errors.CUDAError` naming the call if the wait or the
+        driver's export fails (nothing is exported then; the buffer stays
+        usable), ``ResourceClosedError`` once closed.
         """
         from cuguard.resources._ipc import buffer_descriptor
 

@@ -35,7 +35,9 @@ class DeviceMemoryResourceOptions:
     """Options of a new device memory pool (:class:`DeviceMemoryResource`).
 
     ``max_size``: the most bytes the pool may hold (0: no limit but the
-    device's memory). ``ipc_enabled``: the pool can be shared with other
+    device's memory); the driver may round it up (an H200 let a pool of
+    4 MiB hold more than 4 MiB, and kept a pool of 32 MiB to 32 MiB).
+    ``ipc_enabled``: the pool can be shared with other
     processes through a POSIX file descriptor
     (:meth:`DeviceMemoryResource.get_allocation_handle`). ``release_threshold``:
     bytes of freed memory the pool keeps reserved instead of giving them back

@@ -226,7 +226,8 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
     Each buffer is an address range of its own with physical memory mapped
     into it, sizes rounded up to the granularity (``buffer.size``, and so
     :attr:`held`, count the bytes asked for). :meth:`modify_allocation` grows
-    a buffer, in place when the addresses after it are free, otherwise at a
+    a buffer, in place when the driver reserves the addresses right after it
+    (asked as a hint, which an H200 did not follow), otherwise at a
     new address (each former address stays mapped to the same memory until
     the buffer is released, so nothing that still uses it dangles). Growing
     one buffer from several threads at once is not supported. Memory is not stream-ordered: a buffer is
@@ -354,8 +355,9 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         The bytes already there keep their values. When the rounded size still
         fits the physical memory the buffer has, only ``buffer.size`` changes.
         Otherwise new physical memory is created and mapped after the old:
-        at the addresses right after the buffer when the driver can reserve
-        them (``buffer.ptr`` stays), or else in a new, larger address range
+        at the addresses right after the buffer when the driver reserves
+        them where asked (``buffer.ptr`` stays; the address is only a hint,
+        which a driver may not follow: an H200 did not), or else in a new, larger address range
         where the old physical memory is mapped again first (``buffer.ptr``
         changes; the old address keeps showing the same memory until the
         buffer is released).

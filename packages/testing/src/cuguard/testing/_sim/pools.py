@@ -8,6 +8,11 @@ Model:
   ``cuMemPoolDestroy``; a pool destroyed with allocations outstanding goes away
   once the last of them is freed, and those allocations stay usable meanwhile
   (as documented).
+- A pool's ``maxSize`` is rounded up to a multiple of :data:`POOL_MAX_SIZE_STEP`
+  (32 MiB): an H200 let a pool of 4 MiB hold 6 MiB, and refused past 32 MiB
+  a pool of 32 MiB (assumed rule; ``pool_max_size_rounding`` in
+  ``scripts/differential.py`` probes it). A device ordinal the driver does
+  not have is ``CUDA_ERROR_INVALID_VALUE`` (as an H200 answered).
 - A pool's reserved memory grows in steps of :data:`POOL_GRANULE` to cover what
   is allocated; memory freed above the release threshold is given back to the
   device at once (the real driver gives it back at the next synchronization);
@@ -19,10 +24,17 @@ Model:
   exported file descriptor can be passed to another process (over a Unix
   socket, or by ``multiprocessing``), whose simulated driver imports the pool
   from it and each exported pointer from its 64 bytes of export data; both
-  processes then see the same bytes, exactly as on a GPU.
+  processes then see the same bytes, exactly as on a GPU. An allocation is
+  exported only once its stream has reached it (``cuMemPoolExportPointer``
+  of an allocation still in flight is ``CUDA_ERROR_INVALID_VALUE``: an H200
+  refused a buffer exported right after ``cuMemAllocFromPoolAsync`` and
+  exported one whose stream had been waited for; assumed rule, probed by
+  ``pool_export_pointer_readiness`` in ``scripts/differential.py``).
 - IPC events (``CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING``) export a
-  64-byte handle; opening it in another process gives a local event (work
-  completes at once in the simulator, so it is always complete there).
+  64-byte handle (``cuIpcGetEventHandle`` needs a current context:
+  ``CUDA_ERROR_INVALID_CONTEXT`` without one, as an H200 answered); opening
+  it in another process gives a local event (work completes at once in the
+  simulator, so it is always complete there).
   Opening it in the process that exported it is refused with
   ``CUDA_ERROR_INVALID_CONTEXT`` (assumed, see the differential scenarios).
 """
@@ -46,10 +58,12 @@ from cuguard.testing._sim.core import DEVICE_BASE, OK, SUCCESS, R, SimCore, Stat
 from cuguard.testing._sim.state import Alloc, Ctx
 from cuguard.testing._sim.state import Event as SimEvent
 
-__all__ = ["POOL_GRANULE", "Pool", "SimPools"]
+__all__ = ["POOL_GRANULE", "POOL_MAX_SIZE_STEP", "Pool", "SimPools"]
 
 #: The step in which a simulated pool reserves device memory (2 MiB).
 POOL_GRANULE = 2 << 20
+#: A pool's ``maxSize`` is rounded up to a multiple of this (32 MiB; assumed, see the module's text).
+POOL_MAX_SIZE_STEP = 32 << 20
 _HEADER = 4096  # the first page of a pool's memory file: magic, pool identity, device
 _MAGIC = b"CUGUARD-SIM-POOL"
 _PTR_MAGIC = b"cgp1"
@@ -86,7 +100,7 @@ class Pool:
     device: int  # the device it lives on, or the one it was imported on (host pools: -1)
     location: int  # CUmemLocationType as an int
     handle_types: int
-    max_size: int  # 0: no limit but the device's memory
+    max_size: int  # 0: no limit but the device's memory; else a multiple of POOL_MAX_SIZE_STEP
     default: bool = False
     imported: bool = False
     destroyed: bool = False
@@ -135,6 +149,7 @@ class SimPools(SimCore):
         self._ipc_events: dict[int, int] = {}  # exported event handle -> event handle (this process)
         self._process_tag = os.getpid()
         self._file_offsets: dict[int, int] = {}  # shareable pool allocation base -> its offset in the file
+        self._alloc_ops: dict[int, tuple[Any, int]] = {}  # pool allocation base -> (its stream, its work's number)
 
     # --- pools -------------------------------------------------------------------------------
 
@@ -186,7 +201,7 @@ class SimPools(SimCore):
         ident = int(poolProps.location.id)
         if location == _LOCATION_DEVICE:
             if not 0 <= ident < self._devices:
-                raise Status(R.CUDA_ERROR_INVALID_DEVICE)
+                raise Status(R.CUDA_ERROR_INVALID_VALUE)  # as an H200 answered (not INVALID_DEVICE)
             device = ident
         elif location in (_LOCATION_HOST, _LOCATION_HOST_NUMA):
             if location == _LOCATION_HOST_NUMA and ident != 0:
@@ -200,6 +215,7 @@ class SimPools(SimCore):
         max_size = int(poolProps.maxSize)
         if max_size < 0:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
+        max_size = -(-max_size // POOL_MAX_SIZE_STEP) * POOL_MAX_SIZE_STEP
         pool = Pool(self._handle(), device, location, handle_types, max_size)
         self._pool_defaults(pool)
         if handle_types == _HANDLE_FD:
@@ -380,7 +396,7 @@ class SimPools(SimCore):
             self._set_reserved(found, found.reserved + growth)
         found.allocs.add(alloc.base)
         self._pool_of[alloc.base] = found
-        self._enqueue(st, "cuMemAllocFromPoolAsync", None)
+        self._alloc_ops[alloc.base] = (st, self._enqueue(st, "cuMemAllocFromPoolAsync", None))
         return (SUCCESS, cb.CUdeviceptr(alloc.base))
 
     def _forget_alloc(self, alloc: Alloc) -> None:
@@ -414,6 +430,7 @@ class SimPools(SimCore):
 
     def _release_alloc(self, alloc: Alloc) -> None:
         super()._release_alloc(alloc)
+        self._alloc_ops.pop(alloc.base, None)
         pool = self._pool_of.pop(alloc.base, None)
         if pool is not None:
             pool.used -= alloc.size
@@ -473,8 +490,21 @@ class SimPools(SimCore):
         alloc = self._dev_find(addr)
         if alloc is None or alloc.freed:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
+        if self._allocation_pending(addr):
+            raise Status(R.CUDA_ERROR_INVALID_VALUE)  # its stream has not reached the allocation (assumed)
         payload = _PTR_MAGIC + pool.identity + struct.pack("<QQ", self._file_offsets[addr], alloc.size)
         return (SUCCESS, _fill_struct(cb.CUmemPoolPtrExportData(), payload.ljust(64, b"\0")))
+
+    def _allocation_pending(self, base: int) -> bool:
+        """Whether the stream-ordered allocation at ``base`` is still in flight on its stream."""
+        entry = self._alloc_ops.get(base)
+        if entry is None:
+            return False
+        st, seq = entry
+        if st.destroyed or not any(op.seq == seq for op in st.inflight):
+            del self._alloc_ops[base]  # reached: it stays reached
+            return False
+        return True
 
     @api(1)
     def cuMemPoolImportPointer(self, pool: Any, shareData: Any) -> tuple[Any, ...]:
@@ -514,9 +544,10 @@ class SimPools(SimCore):
             with self._lock:
                 self._process_tag = saved
 
-
     @api(1)
     def cuIpcGetEventHandle(self, event: Any) -> tuple[Any, ...]:
+        """The event's IPC handle; a context must be current (``CUDA_ERROR_INVALID_CONTEXT``, as an H200)."""
+        self._require_ctx()
         ev = self._event(event, "cuIpcGetEventHandle")
         if not ev.flags & _EVENT_INTERPROCESS:
             raise Status(R.CUDA_ERROR_INVALID_HANDLE)

@@ -26,7 +26,19 @@ The model:
   (``"address_range"``, ``"physical_memory"``, ``"memory_mapping"``): none is
   owned by a context, as in CUDA, where they are objects of the device.
 - Sizes and addresses must be multiples of the granularity (2 MiB, as an
-  H200 reports for both the minimum and the recommended granularity).
+  H200 reports for both the minimum and the recommended granularity). A
+  mapping whose address, size or offset is not a multiple of it, or that
+  runs past its address range or its physical allocation, is
+  ``CUDA_ERROR_NOT_SUPPORTED`` (as an H200 answered); other refusals are
+  ``CUDA_ERROR_INVALID_VALUE``.
+- ``cuMemGetAllocationGranularity`` does not check the device ordinal of the
+  property (an H200 answered a device it does not have with the granularity).
+- ``cuMemGetAccess`` of an address with nothing mapped there answers
+  ``CUDA_SUCCESS`` with no access (as an H200 did).
+- ``cuMemAddressReserve`` does not place a range at its ``addr`` hint (an
+  H200 did not, for the addresses right after another range), unless
+  :attr:`SimVmm.follow_address_hints` is set: then a hint whose range is free
+  and aligned is followed, so tests can make a range adjacent to another.
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ __all__ = ["GRANULARITY", "Mapping", "Physical", "Reservation", "SimVmm"]
 R = cb.CUresult
 INVALID_VALUE = R.CUDA_ERROR_INVALID_VALUE
 INVALID_DEVICE = R.CUDA_ERROR_INVALID_DEVICE
+NOT_SUPPORTED = R.CUDA_ERROR_NOT_SUPPORTED
 
 #: ``cuMemGetAllocationGranularity`` of an H200 for pinned device memory (minimum and recommended).
 GRANULARITY = 2 << 20
@@ -176,6 +189,11 @@ def _aligned(value: int) -> bool:
 class SimVmm(SimCore):
     """Virtual memory (reserve, create, map, set access) and managed-memory hints."""
 
+    #: Whether ``cuMemAddressReserve`` follows its ``addr`` hint when that range is free and aligned.
+    #: False (the default) as an H200, which gave another address; set it on an instance to make a
+    #: range adjacent to another on purpose (e.g., to grow a buffer in place).
+    follow_address_hints: bool = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # entries stay after release, to detect double release and use after release
@@ -225,12 +243,15 @@ class SimVmm(SimCore):
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    def _prop(self, prop: Any) -> tuple[int, int]:
-        """``(device, requested handle types)`` of a ``CUmemAllocationProp``; ``INVALID_VALUE`` when refused."""
+    def _prop(self, prop: Any, *, check_device: bool = True) -> tuple[int, int]:
+        """``(device, requested handle types)`` of a ``CUmemAllocationProp``; ``INVALID_VALUE`` when refused.
+
+        With ``check_device=False`` a device ordinal the driver does not have is let through.
+        """
         if prop is None or int(prop.type) != _PINNED or int(prop.location.type) != _LOC_DEVICE:
             raise Status(INVALID_VALUE)
         device = int(prop.location.id)
-        if not 0 <= device < self._devices:
+        if check_device and not 0 <= device < self._devices:
             raise Status(INVALID_DEVICE)
         handle_types = int(prop.requestedHandleTypes)
         if handle_types & ~_HANDLE_TYPES:
@@ -311,7 +332,8 @@ class SimVmm(SimCore):
 
     @api(1)
     def cuMemGetAllocationGranularity(self, prop: Any, option: Any) -> tuple[Any, ...]:
-        self._prop(prop)
+        """The granularity; the property's device ordinal is not checked (as an H200 answered)."""
+        self._prop(prop, check_device=False)
         if int(option) not in (0, 1):
             raise Status(INVALID_VALUE)
         return (SUCCESS, GRANULARITY)
@@ -320,14 +342,14 @@ class SimVmm(SimCore):
 
     @api(1)
     def cuMemAddressReserve(self, size: int, alignment: int, addr: Any, flags: int) -> tuple[Any, ...]:
-        """Reserve ``size`` bytes of addresses, at the ``addr`` hint when that range is free and aligned."""
+        """Reserve ``size`` bytes of addresses; the ``addr`` hint is followed only with :attr:`follow_address_hints`."""
         size, alignment = int(size), int(alignment)
         if size == 0 or not _aligned(size) or int(flags) != 0:
             raise Status(INVALID_VALUE)
         if alignment and (alignment & (alignment - 1)):
             raise Status(INVALID_VALUE)
         align = max(alignment, GRANULARITY)
-        base = self._free_at(h(addr), size, align)
+        base = self._free_at(h(addr), size, align) if self.follow_address_hints else None
         if base is None:
             raw = _reserve_addresses(size + align)
             base = (raw + align - 1) // align * align
@@ -417,15 +439,14 @@ class SimVmm(SimCore):
         addr, size, offset = h(ptr), int(size), int(offset)
         phys = self._physical(handle, "cuMemMap")
         res = self._reservation_at(addr)
+        if res is None or size == 0 or int(flags) != 0:
+            raise Status(INVALID_VALUE)
         if (
-            res is None
-            or size == 0
-            or not (_aligned(addr) and _aligned(size) and _aligned(offset))
-            or int(flags) != 0
+            not (_aligned(addr) and _aligned(size) and _aligned(offset))
             or addr + size > res.base + res.size
             or offset + size > phys.size
         ):
-            raise Status(INVALID_VALUE)
+            raise Status(NOT_SUPPORTED)  # as an H200 answered (differential.py, vmm_unaligned_sizes)
         if any(m.va < addr + size and addr < m.va + m.size for m in res.maps):
             raise Status(INVALID_VALUE)  # overlaps a mapping (assumed; see differential.py)
         key = self._handle()
@@ -489,8 +510,10 @@ class SimVmm(SimCore):
         addr = h(ptr)
         res = self._reservation_at(addr)
         pieces = None if res is None else res.covering(addr - res.base, 1)
-        if kind != _LOC_DEVICE or not pieces:
+        if kind != _LOC_DEVICE:
             raise Status(INVALID_VALUE)
+        if not pieces:
+            return (SUCCESS, 0)  # nothing mapped there: no access (as an H200 answered)
         return (SUCCESS, pieces[0][0].access.get(device, 0))
 
     # --- managed memory: prefetch and advice --------------------------------------------------

@@ -67,8 +67,20 @@ def _unowned(setup: Callable[..., SimpleNamespace]) -> Callable[[Env], SimpleNam
     return lambda env: setup(env, own=False)
 
 
+def _hinted_vmm_buffer(env: Env) -> SimpleNamespace:
+    """A buffer on a simulator that follows address hints, so that it can grow in place (an H200 does not)."""
+    env.sim.follow_address_hints = True
+    return _with_vmm_buffer(env)
+
+
 def _blocked_vmm_buffer(env: Env) -> SimpleNamespace:
-    """A buffer whose next addresses are reserved, so that growing it must move it."""
+    """A buffer whose next addresses are reserved, so that growing it must move it.
+
+    The simulator follows address hints here, so the reservation does block them; a driver that
+    does not follow them (an H200) puts it elsewhere, and growing moves the buffer all the same.
+    """
+    if env.sim is not None:
+        env.sim.follow_address_hints = True
     s = _with_vmm_buffer(env)
     drv = env.errors.driver
     g = s.mr.granularity
@@ -154,11 +166,12 @@ def vmm_scenarios() -> list[Scenario]:
     add(V + ".allocate", _with_vmm, lambda e, s: e.own(s.mr.allocate(SIZE)), state=lambda e, s: s.mr.held)
     add(
         V + ".modify_allocation[in place]",
-        _with_vmm_buffer,
+        _hinted_vmm_buffer,
         _grow,
         covers=(V + ".modify_allocation",),
         state=_vmm_state,
         probe=_vmm_probe,
+        real=False,  # in place needs a driver that follows address hints: an H200 does not
     )
     add(
         V + ".modify_allocation[elsewhere]",
@@ -526,6 +539,22 @@ def pool_scenarios() -> list[Scenario]:
 
     add(B + "__del__[pool]", detached_pool_buffer, _release_obj, covers=(B + "__del__",), kind="warn", releases=True)
     add(B + "get_ipc_descriptor", with_ipc_pool, lambda e, s: s.buf.get_ipc_descriptor(), **pk)
+
+    def ipc_buffer_of_a_closed_stream(env: Env) -> SimpleNamespace:
+        """A buffer allocated on a stream that was closed since: the export waits for the context."""
+        s = with_ipc_pool(env)
+        gone = s.dev.create_stream()
+        s.buf = env.own(s.mr.allocate(SIZE, gone))
+        gone.close()
+        return s
+
+    add(
+        B + "get_ipc_descriptor[stream closed]",
+        ipc_buffer_of_a_closed_stream,
+        lambda e, s: s.buf.get_ipc_descriptor(),
+        covers=(B + "get_ipc_descriptor",),
+        **pk,
+    )
     add(
         B + "from_ipc_descriptor",
         with_imported_pool,
