@@ -118,6 +118,46 @@ def test_set_params_keeps_a_buffer_another_node_still_uses(cuguard_driver: Any, 
     settle(cuguard_driver)
 
 
+@pytest.mark.contract("W5")
+def test_set_params_after_a_clone_or_embed_keeps_what_the_copies_use(
+    cuguard_driver: Any, dev: Device, stream: Stream, module: Module
+) -> None:
+    kernel = module.get_kernel("fill_u32")
+    out = dev.allocate_pinned(32)
+    with leak_check():
+        g = GraphDefinition(dev)
+        old = dev.allocate(32)
+        k = g.launch(CONFIG, kernel, old, np.uint32(6), 8)
+        copy = g.clone()
+        parent = GraphDefinition(dev)
+        parent.embed(g)
+        ref = weakref.ref(old)
+        del old
+        k.set_args(dev.allocate(32), np.uint32(1), 8)
+        g.close()
+        del g, k
+        gc.collect()
+        kept = ref()
+        assert kept is not None  # the clone and the parent run the old parameters
+        for definition in (copy, parent):
+            with definition.instantiate() as graph:
+                graph.launch(stream)
+                stream.sync()
+            kept.copy_to(out, stream)
+            stream.sync()
+            assert _u32(out) == [6] * 8
+        del kept
+        copy.close()
+        parent.close()
+        del copy, parent
+        settle(cuguard_driver)
+        assert ref() is None
+    if isinstance(cuguard_driver, SimulatedDriver):
+        assert not cuguard_driver.dangling
+        assert not cuguard_driver.use_after_release
+    out.close()
+
+
 @pytest.mark.contract("G1", "G3", "W5")
 @pytest.mark.parametrize("call", ["cuUserObjectCreate", "cuGraphRetainUserObject", "cuGraphReleaseUserObject"])
 def test_failed_payload_move_of_set_params_changes_nothing(

@@ -162,7 +162,7 @@ class GraphDefinition(_Collected):
     _fresh: list[Node]  # nodes the hot builders made, not yet keyed in _nodes (see _settle)
     _owners: dict[int, object]
     _payload: bool
-    _shared: bool  # whether anything but this CUgraph holds the payload's user object (see _privatize)
+    _shared: bool  # whether an executable graph reads this very payload (see _privatize)
     _uobj: Any  # the payload's user object while attached
     _bodies: list[Any]  # the bodies of its conditional nodes, nested ones included
     _next_order: int
@@ -390,9 +390,10 @@ class GraphDefinition(_Collected):
     def _privatize(self) -> tuple[Any, dict[int, object]] | None:
         """Give the definition a payload of its own before it drops owners (W5); return what to release after.
 
-        The current payload's user object is shared (an executable graph, a clone or a parent
-        graph holds it too), so nothing may be removed from it: a copy is attached under a new
-        user object, and the caller releases the old one from this graph once its mutation
+        The current payload is shared (an executable graph instantiated or updated from this
+        definition holds its user object and keeps its objects by it), so nothing may be removed
+        from it: a copy is attached under a new user object, and the caller releases the old one
+        from this graph once its mutation
         succeeded (:meth:`_release_shared`), or undoes the copy (:meth:`_unprivatize`).
         Returns ``None`` when the payload is not shared. Raises, creating nothing, if the copy
         cannot be attached.
@@ -901,7 +902,6 @@ class GraphDefinition(_Collected):
             info={"child": child._int},
             context=child._context,
         )
-        child._shared = True  # CUDA copied its user-object references into the child graph node
         return node
 
     # --- conditional nodes (see the conditional module) ---
@@ -981,7 +981,6 @@ class GraphDefinition(_Collected):
         err, handle = driver.cuGraphClone(self._handle)
         if err:
             raise_status(err, "cuGraphClone")
-        self._shared = True  # CUDA copied the user-object references into the clone
         copy = GraphDefinition._adopt(handle, self._context, dict(self._owners), self._next_order)
         self._settle()
         try:

@@ -206,9 +206,10 @@ class Node(Unique):
         once the call succeeded, so repeated calls do not accumulate. Executable
         graphs already instantiated keep the old parameters (use
         :meth:`Graph.update` or :meth:`Graph.set_kernel_params`) and keep what
-        those use alive until CUDA drops them (W5): when such a graph, a clone
-        or a parent graph shares the definition's payload, the definition first
-        moves to a copy of it under a new CUDA user object
+        those use alive until CUDA drops them (W5): when such a graph shares
+        the definition's payload (clones and parent graphs keep their own
+        copies of what they use), the definition first moves to a copy of it
+        under a new CUDA user object
         (``cuUserObjectCreate``, ``cuGraphRetainUserObject``) and releases its
         reference to the shared one afterwards (``cuGraphReleaseUserObject``).
         A failure of any of these raises :class:`~cuguard.errors.CUDAError`

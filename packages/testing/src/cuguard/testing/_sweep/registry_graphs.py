@@ -305,9 +305,16 @@ def _with_instantiated_kernel(env: Env) -> SimpleNamespace:
     return s
 
 
+def _probe_instantiated(env: Env, s: Any) -> None:
+    from cuguard.testing._sweep.registry import _probe_graph
+
+    _probe_graph(env, s)
+    _exec_probe(env, s)
+
+
 def update_scenarios() -> list[Scenario]:
     """Graph.set_* and enable/disable, and Node.set_params once an executable graph shares the payload."""
-    from cuguard.testing._sweep.registry import _graph_state, _probe_graph
+    from cuguard.testing._sweep.registry import _graph_state
 
     out: list[Scenario] = []
     add = _adder(out)
@@ -338,7 +345,7 @@ def update_scenarios() -> list[Scenario]:
         _with_instantiated_kernel,
         lambda e, s: s.k.set_params(config=s.config, args=(s.buf2, 3, 8)),
         covers=(_G + "Node.set_params",),
-        probe=lambda e, s: (_probe_graph(e, s), _exec_probe(e, s)),
+        probe=_probe_instantiated,
         state=_graph_state,
     )
     return out
