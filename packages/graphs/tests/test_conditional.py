@@ -174,13 +174,14 @@ def test_body_nodes_keep_what_they_use_alive_with_the_executable_graph(
     out = dev.allocate_pinned(16)
     with leak_check():
         g = GraphDefinition(dev)
-        buf = dev.allocate(16)
+        buf, staging = dev.allocate(16), dev.allocate(16)
         node = g.if_then(g.create_condition(1))
         body = node.branches[0]
-        body.memset(buf, 3).memcpy(out, buf)
+        body.memset(buf, 3).memcpy(staging, buf)  # only the body uses buf
+        node.memcpy(out, staging)
         graph = g.instantiate()
         ref = weakref.ref(buf)
-        del buf, body, node
+        del buf, staging, body, node
         g.close()
         del g
         gc.collect()
