@@ -269,6 +269,36 @@ def test_set_memset_memcpy_callback_and_event_params(cuguard_driver: Any, dev: D
     out2.close()
 
 
+@pytest.mark.contract("G3", "W5")
+def test_repeated_changes_run_the_last_and_keep_the_replaced_alive(
+    cuguard_driver: Any, dev: Device, stream: Stream
+) -> None:
+    calls: list[int] = []
+    buf = dev.allocate(16)
+    with GraphDefinition(dev) as g:
+        h = g.callback(lambda: None)
+        m = h.memset(buf, 1)
+        with g.instantiate() as graph:
+            once = lambda: calls.append(0)  # noqa: E731 - a callable to drop
+            ref = weakref.ref(once)
+            graph.set_callback(h, once)
+            del once
+            fns = [lambda: calls.append(1), lambda: calls.append(2)]
+            for i in range(10):  # an update loop alternating two callbacks and two values
+                graph.set_callback(h, fns[i % 2])
+                graph.set_memset_params(m, buf, i)
+            gc.collect()
+            assert ref() is not None  # a launch in flight may still call it (W5)
+            graph.launch(stream)
+            stream.sync()
+            assert calls == [2]
+        g.close()
+        del g, h, m, graph
+        settle(cuguard_driver)
+        assert ref() is None
+    buf.close()
+
+
 @pytest.mark.contract("G3")
 def test_set_child_runs_the_new_childs_parameters(cuguard_driver: Any, dev: Device, stream: Stream) -> None:
     out = dev.allocate_pinned(16)

@@ -144,7 +144,9 @@ def callback(graph: Graph, node: object, fn: Callable[[], object]) -> None:
     if not callable(fn):
         raise TypeError(f"a host callback must be callable, not {type(fn).__name__}")
     types = _types()
-    entry = _lifetime.HostCallback(fn)
+    # The same callable again reuses its entry: repeated changes keep it once.
+    found = [o for o in graph._owners.values() if type(o) is _lifetime.HostCallback and o.fn is fn]
+    entry = found[0] if found else _lifetime.HostCallback(fn)
     params = types.CUDA_HOST_NODE_PARAMS()
     params.fn = types.CUhostFn(_lifetime.host_thunk_address())
     params.userData = entry.token
