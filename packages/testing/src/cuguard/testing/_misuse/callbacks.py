@@ -127,7 +127,12 @@ def host_callback(s: Session) -> None:
     del fn, entry
     what = f"{kind}({labels})" if kind == "drop" else kind
     outcome = s.perform(
-        "Stream.launch_host_func", f"{label}.launch_host_func({what})", launch, involved=involved, warn_rule="O5"
+        "Stream.launch_host_func",
+        f"{label}.launch_host_func({what})",
+        launch,
+        involved=involved,
+        warn_rule="O5",
+        extra_errors=(RuntimeError,),  # documented: refused on a stream being captured
     )
     del launch, involved
     alive = stream()

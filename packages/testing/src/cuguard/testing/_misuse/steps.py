@@ -134,6 +134,11 @@ FAULT_FUNCTIONS = tuple(
         "cuUserObjectRelease",
         "cuGraphRetainUserObject",
         "cuGraphReleaseUserObject",
+        "cuStreamBeginCapture",
+        "cuStreamEndCapture",
+        "cuStreamIsCapturing",
+        "cuStreamGetCaptureInfo",
+        "cuStreamUpdateCaptureDependencies",
     )
     if known_function(name)
 )
@@ -222,7 +227,21 @@ def setup(s: Session) -> None:
         n0 = _make(s, "g0.empty()", "GraphDefinition.empty", g.empty)
         if n0 is not None:
             _make(s, "n0.empty()", "Node.empty", n0.empty)
+    builders(s, dev0)
     foreign_streams(s, dev0)
+
+
+def builders(s: Session, dev0: Any) -> None:
+    """A graph builder (relaxed mode) on a stream of its own, capturing."""
+    G = s.L.graphs
+    stream = _make(s, "dev0.create_stream()", "Device.create_stream", dev0.create_stream)
+    if stream is None:
+        return
+    builder = _make(
+        s, "GraphBuilder(stream, mode='relaxed')", "GraphBuilder", lambda: G.GraphBuilder(stream, mode="relaxed")
+    )
+    if builder is not None:
+        s.perform("GraphBuilder.begin_building", "gb0.begin_building()", builder.begin_building)
 
 
 def memory_resources(s: Session, dev0: Any, s0: Any) -> None:

@@ -154,6 +154,11 @@ def api(outputs: int = 0, *, locked: bool = True, callbacks: bool = False) -> Ca
     return decorate
 
 
+def _fewer_references(before: LiveObject | None, now: LiveObject) -> bool:
+    """The same object as before with fewer references (some were released): nothing was created."""
+    return before is not None and before.kind == now.kind and before.call == now.call and before.refcount > now.refcount
+
+
 def _held_primary(obj: LiveObject) -> bool:
     """A primary context retained once: a device's process-wide context, held by design (O2), not a leak."""
     return obj.kind == "context" and obj.call == "cuDevicePrimaryCtxRetain" and obj.refcount == 1
@@ -748,7 +753,9 @@ class SimCore:
             created = [
                 obj
                 for key, obj in now.items()
-                if snapshot.live.get(key) != obj and not (key not in snapshot.live and _held_primary(obj))
+                if snapshot.live.get(key) != obj
+                and not (key not in snapshot.live and _held_primary(obj))
+                and not _fewer_references(snapshot.live.get(key), obj)
             ]
             released = [obj for key, obj in snapshot.live.items() if key not in now]
             return Changes(
@@ -783,7 +790,7 @@ class SimCore:
         host: Callable[[], None] | None = None,
     ) -> int:
         """Queue one unit of work on ``st``: run it now, or on the driver thread behind pending host work."""
-        if self._open_captures and (st.capture is not None or st.handle == 0):
+        if st.capture is not None:
             captured = self._captured(st, call, run, refs, host)
             if captured is not None:
                 return captured
@@ -799,6 +806,9 @@ class SimCore:
             else:
                 run()
         return seq
+
+    def _legacy_stream_used(self, null: Stream, call: str) -> None:
+        """Overridden by the capture model: ``call`` uses the legacy stream while a capture is in progress."""
 
     def _captured(
         self,
@@ -1140,6 +1150,8 @@ class SimCore:
         if handle in (0, 1, 2):
             ctx = self._require_ctx()
             assert ctx.null is not None
+            if self._open_captures and handle != 2:
+                self._legacy_stream_used(ctx.null, call)
             return ctx.null
         st = self._streams.get(handle)
         if st is None:
