@@ -415,3 +415,29 @@ def test_a_split_failing_after_a_fork_joined_keeps_that_fork_until_the_capture_e
         builder.end_building()  # nothing follows the kept fork's fork point: the capture ends
         builder.close()
         settle(cuguard_driver)
+
+
+@pytest.mark.contract("G1", "G3")
+def test_a_failed_embed_dependency_update_abandons_the_capture(
+    cuguard_driver: Any, dev: Device, stream: Stream
+) -> None:
+    buf = dev.allocate(16, stream)
+    stream.sync()
+    with leak_check():
+        child = GraphDefinition(dev)
+        child.memset(buf, 0x44)
+        builder = GraphBuilder(stream).begin_building()
+        builder.split(2)
+        with inject("cuStreamUpdateCaptureDependencies", OUT_OF_MEMORY), pytest.raises(CUDAError) as info:
+            builder.embed(child)
+        assert info.value.call == "cuStreamUpdateCaptureDependencies"
+        assert not builder.is_building  # the node could not be removed: the capture was dropped
+        assert builder.status == "none"
+        builder.begin_building()  # the builder and its stream work again
+        builder.embed(child)
+        builder.end_building()
+        assert len(builder.definition.nodes) == 1
+        child.close()
+        builder.close()
+        settle(cuguard_driver)
+    buf.close()
