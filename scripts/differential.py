@@ -878,6 +878,147 @@ def pool_max_size_rounding(d: Any) -> Obs:
     return out
 
 
+# --- freeing pool and managed memory from each context situation; pools destroyed early ------------
+#
+# The first failure-point sweep of the pools on an H200 reported refused frees of pool and managed
+# memory (CUDA_ERROR_INVALID_HANDLE) with no context or another context current; these scenarios
+# record what the driver itself answers in each situation. The _then_new_pool scenarios probe a
+# crash (SIGFPE in cuMemAllocFromPoolAsync on the legacy stream) seen after a pool had been
+# destroyed while its buffers were allocated: each runs in a process of its own on the GPU, so a
+# crash is recorded against the one order that causes it.
+
+
+def _primary(d: Any) -> tuple[Any, Any]:
+    dev = ok(d.cuDeviceGet(0))
+    primary = ok(d.cuDevicePrimaryCtxRetain(dev))
+    _must(d.cuCtxSetCurrent(primary))
+    return dev, primary
+
+
+def _switch(d: Any, where: str, primary: Any, other: Any) -> None:
+    target = {"primary": primary, "other": other, "none": B.CUcontext(0)}[where]
+    _must(d.cuCtxSetCurrent(target))
+
+
+@scenario
+def pool_memory_free_context(d: Any) -> Obs:
+    """The status of each free of created-pool memory with the stream's context, another one or none current.
+
+    A pool allocation on a stream of the primary context is freed (cuMemFreeAsync on that stream,
+    or cuMemFree once the stream is synchronized) with each context situation current; then
+    allocations on the legacy stream (handle 0, of the primary context) freed on handle 0 with
+    another context current (its own legacy stream) and with none. A refused free is done again
+    in the primary context, so that the pool can be destroyed.
+    """
+    dev, primary = _primary(d)
+    s = ok(d.cuStreamCreate(0))
+    pool = ok(d.cuMemPoolCreate(_pool_props()))
+    other = ok(ctx_create(d, 0, dev))
+    out: Obs = []
+    cases = [(w, f, s) for f in ("async", "sync") for w in ("primary", "other", "none")]
+    cases += [("other", "async", B.CUstream(0)), ("none", "async", B.CUstream(0))]
+    for where, how, stream in cases:
+        _switch(d, "primary", primary, other)
+        p = ok(d.cuMemAllocFromPoolAsync(512, pool, stream))
+        _must(d.cuStreamSynchronize(stream))
+        _switch(d, where, primary, other)
+        err = (d.cuMemFreeAsync(p, stream) if how == "async" else d.cuMemFree(p))[0]
+        out.append(name(err))
+        _switch(d, "primary", primary, other)
+        if err:
+            _must(d.cuMemFree(p))
+        _must(d.cuStreamSynchronize(stream))
+    out.append(name(d.cuMemPoolDestroy(pool)[0]))
+    d.cuStreamDestroy(s)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuCtxDestroy(other)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuDevicePrimaryCtxRelease(dev)
+    return out
+
+
+@scenario
+def managed_memory_free_context(d: Any) -> Obs:
+    """The status of cuMemFree of managed memory allocated in the primary context, with it, another or none current."""
+    dev, primary = _primary(d)
+    other = ok(ctx_create(d, 0, dev))
+    out: Obs = []
+    for where in ("primary", "other", "none"):
+        _switch(d, "primary", primary, other)
+        p = ok(d.cuMemAllocManaged(512, 1))
+        _switch(d, where, primary, other)
+        (err,) = d.cuMemFree(p)
+        out.append(name(err))
+        if err:
+            _switch(d, "primary", primary, other)
+            _must(d.cuMemFree(p))
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuCtxDestroy(other)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuDevicePrimaryCtxRelease(dev)
+    return out
+
+
+def _new_pool_after(d: Any, order: str) -> Obs:
+    """A pool with a stream and a legacy-stream allocation, released in ``order``; then a new pool allocates.
+
+    ``order``: "free_then_destroy" (the buffers freed, then the pool destroyed), "destroy_then_free"
+    (the pool destroyed while both are allocated, then they are freed: cuMemFree of the legacy
+    one, cuMemFreeAsync of the other on its stream, which is then destroyed at once) or
+    "destroy_leaked" (destroyed while both are allocated, which are freed only at the end). Then
+    a new pool allocates on a new stream and on the legacy stream (what crashed), and is released.
+    """
+    dev, _ = _primary(d)
+    s = ok(d.cuStreamCreate(0))
+    legacy = B.CUstream(0)
+    first = ok(d.cuMemPoolCreate(_pool_props()))
+    a = ok(d.cuMemAllocFromPoolAsync(4096, first, s))
+    b = ok(d.cuMemAllocFromPoolAsync(4096, first, legacy))
+    _must(d.cuStreamSynchronize(legacy))
+    out: Obs = []
+    if order == "free_then_destroy":
+        out += [name(d.cuMemFree(b)[0]), name(d.cuMemFreeAsync(a, s)[0]), name(d.cuMemPoolDestroy(first)[0])]
+    else:
+        out.append(name(d.cuMemPoolDestroy(first)[0]))
+        if order == "destroy_then_free":
+            out += [name(d.cuCtxSynchronize()[0]), name(d.cuMemFree(b)[0]), name(d.cuMemFreeAsync(a, s)[0])]
+    out.append(name(d.cuStreamDestroy(s)[0]))
+    s2 = ok(d.cuStreamCreate(0))
+    second = ok(d.cuMemPoolCreate(_pool_props()))
+    err, c = d.cuMemAllocFromPoolAsync(4096, second, s2)
+    out.append(name(err))
+    err2, e = d.cuMemAllocFromPoolAsync(4096, second, legacy)
+    out.append(name(err2))
+    out.append(name(d.cuStreamSynchronize(legacy)[0]))
+    if not err:
+        out.append(name(d.cuMemFreeAsync(c, s2)[0]))
+    if not err2:
+        out.append(name(d.cuMemFree(e)[0]))
+    out.append(name(d.cuStreamSynchronize(s2)[0]))
+    out.append(name(d.cuMemPoolDestroy(second)[0]))
+    if order == "destroy_leaked":
+        out += [name(d.cuMemFree(b)[0]), name(d.cuMemFree(a)[0])]
+    d.cuStreamDestroy(s2)
+    d.cuCtxSetCurrent(B.CUcontext(0))
+    d.cuDevicePrimaryCtxRelease(dev)
+    return out
+
+
+@scenario
+def pool_freed_then_destroyed_then_new_pool(d: Any) -> Obs:
+    return _new_pool_after(d, "free_then_destroy")
+
+
+@scenario
+def pool_destroyed_then_freed_then_new_pool(d: Any) -> Obs:
+    return _new_pool_after(d, "destroy_then_free")
+
+
+@scenario
+def pool_destroyed_with_buffers_leaked_then_new_pool(d: Any) -> Obs:
+    return _new_pool_after(d, "destroy_leaked")
+
+
 def _graph_with(d: Any, n: int) -> tuple[Any, list[Any]]:
     g = ok(d.cuGraphCreate(0))
     return g, [ok(d.cuGraphAddEmptyNode(g, None, 0)) for _ in range(n)]

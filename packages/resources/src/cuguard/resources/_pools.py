@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in, init_driver
-from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, wrong_kind
+from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, report, wrong_kind
 from cuguard.resources._base import Resource
 from cuguard.resources._ipc import IPCAllocationHandle
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
@@ -258,8 +258,12 @@ def _alloc_from_pool(size: int, pool: Any, stream: Any) -> Any:
     return ptr
 
 
-def _alloc_sync(size: int, pool: Any) -> Any:
-    """Allocate on the legacy default stream and wait for it: usable from every stream at once."""
+def _alloc_sync(size: int, pool: Any, leaks: list[int]) -> Any:
+    """Allocate on the legacy default stream and wait for it: usable from every stream at once.
+
+    A failed wait frees the allocation again; when that free is refused too, ``size`` is added
+    to ``leaks`` (the pool then holds memory no buffer owns).
+    """
     null = driver_types().CUstream(0)
     ptr = _alloc_from_pool(size, pool, null)
     (err,) = driver.cuStreamSynchronize(null)
@@ -267,6 +271,7 @@ def _alloc_sync(size: int, pool: Any) -> Any:
         (undo,) = driver.cuMemFree(ptr)
         exc = CUDAError(err, "cuStreamSynchronize")
         if undo:
+            leaks.append(size)
             add_failure_note(exc, CUDAError(undo, "cuMemFree", "the new allocation was leaked"), handle=ptr)
         raise exc
     return ptr
@@ -288,12 +293,17 @@ class _PoolResource(MemoryResource[Any], Resource):
     _ipc: bool
     _imported: bool
 
+    def _check_usable(self) -> None:
+        if self._closed or self._context._closed:
+            self._check_open()
+
     def _setup(self, handle: Any, context: Context, device: int, *, owned: bool, ipc: bool, imported: bool) -> None:
         MemoryResource.__init__(self)
         self._init(handle, context, owned)
         self._device_ordinal = device
         self._ipc = ipc
         self._imported = imported
+        self._destroy_pending = False  # closed while buffers were allocated: destroyed after the last
 
     @property
     def attributes(self) -> MemoryPoolAttributes:
@@ -344,7 +354,26 @@ class _PoolResource(MemoryResource[Any], Resource):
     def _allocate_ptr(self, size: int, stream: Stream | None) -> Any:
         if stream is not None:
             return _alloc_from_pool(size, self._handle, stream._handle)
-        return call_in(self._context, _alloc_sync, _free_undo, size, self._handle)
+        # Bytes that may stay allocated if this call raises: a refused free of a failed wait,
+        # or the new memory until a failed restore of the caller's context has freed it.
+        leaks: list[int] = []
+
+        def alloc(n: int, pool: Any) -> Any:
+            ptr = _alloc_sync(n, pool, leaks)
+            leaks.append(n)
+            return ptr
+
+        def undo(ptr: Any) -> None:
+            _free_undo(ptr)  # a refusal raises: the memory stays counted
+            leaks.remove(size)
+
+        try:
+            return call_in(self._context, alloc, undo, size, self._handle)
+        except BaseException:
+            # Memory no buffer owns is the pool's: counted as leaked, so that the pool is
+            # leaked with it, never destroyed under it (W5).
+            self._leaked += sum(leaks)
+            raise
 
     def _free(self, buffer: Any, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         if stream is None:
@@ -356,8 +385,34 @@ class _PoolResource(MemoryResource[Any], Resource):
         return buffer._release_in_context(raising, _sync_then_free)  # type: ignore[no-any-return]
 
     def _release(self, raising: bool) -> tuple[Any, str]:
+        if self.leaked:
+            # A buffer whose free was refused may still hold memory of the pool: the pool is
+            # leaked with it (W5), never destroyed under it.
+            return 0, ""
+        if self.buffers:
+            # Never ask the driver to destroy a pool with allocations outstanding: the pool is
+            # destroyed right after its last buffer is freed (_release_buffer), in the order a
+            # program that frees first and destroys last uses.
+            self._destroy_pending = True
+            return 0, ""
         (err,) = driver.cuMemPoolDestroy(self._handle)
         return err, "cuMemPoolDestroy"
+
+    def _release_buffer(self, buffer: Any, stream: Stream | None, raising: bool) -> tuple[Any, str]:
+        status, call = super()._release_buffer(buffer, stream, raising)
+        if status or not self._destroy_pending or self.buffers or self.leaked:
+            return status, call  # after a refused free the pool is leaked with that buffer (W5)
+        self._destroy_pending = False
+        (err,) = driver.cuMemPoolDestroy(self._handle)
+        if err:
+            if raising:
+                raise CUDAError(
+                    err,
+                    "cuMemPoolDestroy",
+                    f"the buffer was freed; memory pool {format_handle(self._handle)} was leaked",
+                )
+            report(err, "cuMemPoolDestroy", self._handle, "the memory pool was leaked")
+        return status, call
 
     def __repr__(self) -> str:
         where = "host" if self.device_id is None else f"device {self._device_ordinal}"
@@ -368,10 +423,17 @@ class _PoolResource(MemoryResource[Any], Resource):
     def close(self) -> None:
         """Destroy the pool if this resource created (or imported) it; idempotent.
 
-        Buffers allocated from it stay valid until they are freed (the driver
-        destroys the pool after the last of them): closing the resource does
-        not free them. A pool this resource does not own (a device's current
-        pool) is left alone. A refused destroy raises
+        Buffers allocated from it stay valid until they are freed: closing
+        the resource does not free them, and while any is allocated the pool
+        is only closed for use (no driver call); it is destroyed right after
+        the last of them is freed, by that buffer's release (a refused
+        destroy then raises :class:`~cuguard.errors.CUDAError` from that
+        buffer's ``close()`` saying the pool was leaked, or warns when the
+        buffer was collected; a buffer whose free was refused keeps the pool,
+        leaked with it). A pool one of whose buffers was leaked (its free
+        was refused) is never destroyed: it is leaked with that buffer's
+        memory (W5). A pool this resource does not own (a device's
+        current pool) is left alone. A refused destroy raises
         :class:`~cuguard.errors.CUDAError`; the pool is then leaked, never
         destroyed twice.
         """
@@ -487,8 +549,10 @@ class DeviceMemoryResource(_PoolResource):
         stream gives a buffer at address 0 (the driver allocates nothing).
         Raises :class:`~cuguard.errors.CUDAError` if the driver refuses
         (``CUDA_ERROR_OUT_OF_MEMORY`` past ``max_size``...): nothing is allocated
-        then. ``ValueError`` for an imported pool, ``ResourceClosedError`` once
-        closed.
+        then, except when the wait of an allocation without ``stream`` fails and
+        freeing it again is refused too: a note says so, its bytes count in
+        :attr:`leaked` and the pool is leaked with them. ``ValueError`` for an
+        imported pool, ``ResourceClosedError`` once closed.
         """
         size, stream = self._check_allocate(size, stream)
         ptr = self._allocate_ptr(size, stream)

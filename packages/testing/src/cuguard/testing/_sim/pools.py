@@ -249,6 +249,17 @@ class SimPools(SimCore):
         found = self._pool(pool, "cuMemPoolDestroy")
         if found.default:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)  # a device's default pool cannot be destroyed
+        if found.allocs and not found.imported:
+            # The driver accepts this (the pool goes once its last allocation is freed), but an H200
+            # process that did it died (SIGFPE) in a later pool allocation on the legacy stream
+            # (scripts/differential.py, pool_*_then_new_pool, probe the orders); cuguard destroys a
+            # pool only after its buffers, so the sweeps count it as misuse.
+            self._note(
+                self.misuse,
+                "cuMemPoolDestroy",
+                f"memory pool {handle:#x} destroyed with {len(found.allocs)} allocation(s) outstanding",
+                handle,
+            )
         found.destroyed = True
         self._drop_live(found.handle)
         for ordinal, current in enumerate(self._current_pools):

@@ -35,21 +35,32 @@ _RELEASES = {
     "cuMemAddressFree": "address_range",
     "cuMemRelease": "physical_memory",
     "cuMemUnmap": "memory_mapping",
+    "cuMemPoolDestroy": "memory_pool",
 }
-# Creating function -> kind of handle it returns (second element of the result).
+# Creating function -> kind of handle it returns (second element of the result). Every call that
+# can hand out a handle or address released before must be here: the driver reuses them (a pool
+# gives a freed address to its next allocation), and a reused one the net did not see created
+# would look released, so that its first release would be refused as a second one.
 _CREATES = {
     "cuStreamCreate": "stream",
     "cuStreamCreateWithPriority": "stream",
     "cuEventCreate": "event",
+    "cuIpcOpenEventHandle": "event",
     "cuMemAlloc": "device_memory",
     "cuMemAllocAsync": "device_memory",
+    "cuMemAllocFromPoolAsync": "device_memory",
+    "cuMemAllocManaged": "device_memory",
+    "cuMemAllocPitch": "device_memory",
+    "cuMemPoolImportPointer": "device_memory",
     "cuMemHostAlloc": "host_memory",
     "cuMemAllocHost": "host_memory",
     "cuModuleLoadData": "module",
     "cuGraphCreate": "graph",
     "cuGraphClone": "graph",
+    "cuStreamEndCapture": "graph",
     "cuGraphInstantiate": "graph_exec",
     "cuCtxCreate": "context",
+    "cuGraphAddNode": "graph_node",
     "cuGraphAddEmptyNode": "graph_node",
     "cuGraphAddKernelNode": "graph_node",
     "cuGraphAddMemsetNode": "graph_node",
@@ -62,6 +73,8 @@ _CREATES = {
     "cuGraphAddChildGraphNode": "graph_node",
     "cuMemAddressReserve": "address_range",
     "cuMemCreate": "physical_memory",
+    "cuMemPoolCreate": "memory_pool",
+    "cuMemPoolImportFromShareableHandle": "memory_pool",
 }
 # Creating function -> kind of handle it makes at its first argument (a mapping at an address).
 _CREATES_AT = {"cuMemMap": "memory_mapping"}

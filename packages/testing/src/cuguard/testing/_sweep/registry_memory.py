@@ -458,7 +458,21 @@ def pool_scenarios() -> list[Scenario]:
         **pk,
     )
     add(D + ".trim", with_pool_buffers, lambda e, s: s.mr.trim(0), **pk)
-    add(D + ".close", with_pool_buffers, lambda e, s: s.mr.close(), releases=True, probe=_ctx_probe)
+    add(D + ".close", with_pool, lambda e, s: s.mr.close(), releases=True, probe=_ctx_probe)
+
+    def close_then_free(env: Env, s: Any) -> None:
+        s.mr.close()  # buffers are allocated: the pool is only closed, and destroyed after the last
+        s.buf.close()
+        s.sync_buf.close()
+
+    add(
+        D + ".close[buffers allocated]",
+        with_pool_buffers,
+        close_then_free,
+        covers=(D + ".close",),
+        releases=True,
+        probe=_ctx_probe,
+    )
     add(D + ".__exit__", with_pool, lambda e, s: s.mr.__exit__(None, None, None), releases=True)
 
     def detached_pool(env: Env) -> SimpleNamespace:
