@@ -140,3 +140,37 @@ def test_a_byte_count_out_of_range_is_a_value_error_before_the_driver(device: De
     with record_calls() as log, pytest.raises(ValueError, match="max_size"):
         DeviceMemoryResource(device, DeviceMemoryResourceOptions(max_size=value))
     assert log == []
+
+
+@pytest.mark.contract("E1", "G1")
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_more_memory_than_there_is_is_a_cuda_error(device: Device, kind: str) -> None:
+    # 4 PiB: more than any device or host has; the driver refuses, and nothing is allocated.
+    mr = _resource(kind, device)
+    stream = device.create_stream()
+    with pytest.raises(CUDAError, match=r"OUT_OF_MEMORY|INVALID_VALUE"):
+        mr.allocate(1 << 52, stream)
+    assert mr.held == 0
+    stream.sync()
+    stream.close()
+    close = getattr(mr, "close", None)
+    if close is not None:
+        close()
+
+
+@pytest.mark.contract("O3", "E3")
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_deallocate_through_a_resource_of_an_uninstalled_driver_is_refused_naming_it(kind: str) -> None:
+    with simulated_driver(devices=1):
+        mr = MAKERS[kind](Device(0))
+        buf = mr.allocate(64)
+        with simulated_driver(devices=1), record_calls() as log:
+            with pytest.raises(ResourceClosedError, match=type(mr).__name__):
+                mr.deallocate(buf)
+            assert log == []
+        assert mr.buffers == (buf,)  # still held: nothing was freed
+        mr.deallocate(buf)
+        assert mr.held == 0
+        close = getattr(mr, "close", None)
+        if close is not None:
+            close()

@@ -104,8 +104,8 @@ def apply(
 
 
 def kernel_params(graph: Graph, node: object, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...]) -> None:
+    params, owners = _kernel_params(config, kernel, args)  # the arguments' kinds before the node's fit (E3)
     target = graph_node(graph, node, ("kernel",), "set_kernel_params()")
-    params, owners = _kernel_params(config, kernel, args)
     # The driver copies the argument values during the call: the packed block need not outlive it.
     kept = [o for o in owners if type(o) is not _ArgumentBlock]
     fn = driver.cuGraphExecKernelNodeSetParams
@@ -116,9 +116,9 @@ def kernel_params(graph: Graph, node: object, config: LaunchConfig, kernel: Kern
 def memset_params(  # noqa: PLR0917 - the public method's arguments, passed through
     graph: Graph, node: object, dst: Buffer, value: int, size: int | None, element_size: int
 ) -> None:
-    target = graph_node(graph, node, ("memset",), "set_memset_params()")
     if not isinstance(dst, Buffer):
         raise wrong_kind("dst", "a Buffer", dst)
+    target = graph_node(graph, node, ("memset",), "set_memset_params()")
     params, _ = _memset_params(dst, value, size, element_size)
     ctx = dst.context
     fn = driver.cuGraphExecMemsetNodeSetParams
@@ -129,10 +129,10 @@ def memset_params(  # noqa: PLR0917 - the public method's arguments, passed thro
 def memcpy_params(
     graph: Graph, node: object, dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None
 ) -> None:
-    target = graph_node(graph, node, ("memcpy",), "set_memcpy_params()")
     for name, obj in (("dst", dst), ("src", src)):
         if not isinstance(obj, Buffer | PinnedBuffer):
             raise wrong_kind(name, "a Buffer or PinnedBuffer", obj)
+    target = graph_node(graph, node, ("memcpy",), "set_memcpy_params()")
     params, _, ctx = _memcpy_params(dst, src, size)
     fn = driver.cuGraphExecMemcpyNodeSetParams
     call = "cuGraphExecMemcpyNodeSetParams"
@@ -140,9 +140,9 @@ def memcpy_params(
 
 
 def callback(graph: Graph, node: object, fn: Callable[[], object]) -> None:
-    target = graph_node(graph, node, ("host",), "set_callback()")
     if not callable(fn):
         raise TypeError(f"a host callback must be callable, not {type(fn).__name__}")
+    target = graph_node(graph, node, ("host",), "set_callback()")
     types = _types()
     # The same callable again reuses its entry: repeated changes keep it once.
     found = [o for o in graph._owners.values() if type(o) is _lifetime.HostCallback and o.fn is fn]
@@ -164,9 +164,9 @@ def callback(graph: Graph, node: object, fn: Callable[[], object]) -> None:
 
 
 def event(graph: Graph, node: object, ev: Event) -> None:
-    target = graph_node(graph, node, ("event_record", "wait_event"), "set_event()")
-    if not isinstance(ev, Event):
+    if not isinstance(ev, Event):  # every argument's kind before any value (E3)
         raise wrong_kind("event", "an Event", ev)
+    target = graph_node(graph, node, ("event_record", "wait_event"), "set_event()")
     handle = ev.handle  # a closed event is refused here (its handle would reach the driver)
     if target._kind == "event_record":
         fn, call = driver.cuGraphExecEventRecordNodeSetEvent, "cuGraphExecEventRecordNodeSetEvent"
@@ -178,9 +178,9 @@ def event(graph: Graph, node: object, ev: Event) -> None:
 def child(graph: Graph, node: object, definition: GraphDefinition) -> None:
     from cuguard.graphs._definition import GraphDefinition  # it imports the executable graph's module
 
-    target = graph_node(graph, node, ("graph",), "set_child()")
     if not isinstance(definition, GraphDefinition) or definition._root() is not definition:
         raise wrong_kind("child", "a GraphDefinition", definition)
+    target = graph_node(graph, node, ("graph",), "set_child()")
     handle = definition.handle
     _check_owners(definition, definition._owners, "used for an update")  # CUDA reads its nodes now (S2, O4)
     owners = list(definition._owners.values())
@@ -190,9 +190,9 @@ def child(graph: Graph, node: object, definition: GraphDefinition) -> None:
 
 
 def set_enabled(graph: Graph, node: object, enabled: object) -> None:
-    target = graph_node(graph, node, _ENABLE_KINDS, "set_enabled()")
     if not isinstance(enabled, bool):
         raise wrong_kind("enabled", "a bool", enabled)
+    target = graph_node(graph, node, _ENABLE_KINDS, "set_enabled()")
     fn = driver.cuGraphNodeSetEnabled
     apply(graph, graph._context, (), "cuGraphNodeSetEnabled", fn, graph._handle, target._handle, 1 if enabled else 0)
 

@@ -16,7 +16,7 @@ from cuguard.context import call_in
 from cuguard.errors import driver, raise_status, wrong_kind
 from cuguard.resources import _compat
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
-from cuguard.resources._memres import MemoryResource, stream_argument
+from cuguard.resources._memres import MemoryResource, check_device, stream_argument
 from cuguard.resources._stream import Stream, as_stream, driver_types
 
 __all__ = ["LegacyPinnedMemoryResource", "ManagedMemoryResource"]
@@ -117,6 +117,9 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         self._dev = dev
         self._flags = _ATTACH[attach]
 
+    def _check_usable(self) -> None:
+        check_device(self, self._dev)
+
     @property
     def device_id(self) -> int:
         """The ordinal of the device whose context allocates the memory."""
@@ -142,6 +145,7 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         """
         size = _size(size)
         stream = stream_argument(stream)
+        self._check_usable()
         context = self._dev.context
         ptr = call_in(context, _alloc_managed, _free, size, self._flags)
         return self._adopt(Buffer._made(ptr, context, self._dev.ordinal, size))
@@ -171,6 +175,9 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         """
         if type(stream) is not Stream:
             stream = as_stream(stream, "stream")
+        if not isinstance(buffer, Buffer):
+            raise wrong_kind("buffer", "a Buffer", buffer)
+        self._check_usable()
         buf = self._own(buffer)
         loc = _location(location)
         if stream._closed or stream._context._closed:
@@ -191,9 +198,12 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         nothing; other advice or a missing location raise ``ValueError``,
         wrong kinds ``TypeError``, before the driver is asked.
         """
-        buf = self._own(buffer)
+        if not isinstance(buffer, Buffer):
+            raise wrong_kind("buffer", "a Buffer", buffer)
         if not isinstance(advice, str):
             raise wrong_kind("advice", "an advice name (str)", advice)
+        self._check_usable()
+        buf = self._own(buffer)
         if advice not in _ADVICE:
             raise ValueError(f"advice must be one of {sorted(_ADVICE)}, not {advice!r}")
         code, needs_location = _ADVICE[advice]
@@ -232,6 +242,9 @@ class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
         self._dev = dev
         self._flags = (_HOST_ALLOC_PORTABLE if portable else 0) | (_HOST_ALLOC_WRITECOMBINED if write_combined else 0)
 
+    def _check_usable(self) -> None:
+        check_device(self, self._dev)
+
     @property
     def device_id(self) -> None:
         """``None``: host memory."""
@@ -256,6 +269,7 @@ class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
         """
         size = _size(size)
         stream = stream_argument(stream)
+        self._check_usable()
         context = self._dev.context
         address = call_in(context, _host_alloc, _host_free, size, self._flags)
         return self._adopt(PinnedBuffer._made(address, context, size))

@@ -321,7 +321,8 @@ class Buffer(Resource):
 
         ``None`` for :meth:`Device.allocate` memory and memory made elsewhere.
         """
-        return self._mr
+        mr: MemoryResource[Any] | None = self._mr
+        return mr
 
     def get_ipc_descriptor(self) -> IPCBufferDescriptor:
         """An :class:`~cuguard.resources.IPCBufferDescriptor` with which another process maps this buffer.
@@ -361,12 +362,6 @@ class Buffer(Resource):
         from cuguard.resources._ipc import import_buffer
 
         return import_buffer(mr, descriptor, stream)
-
-    @property
-    def ptr(self) -> int:
-        """The device address as an int."""
-        return int(self.handle)
-
 
     @property
     def ptr(self) -> int:
@@ -720,7 +715,8 @@ class PinnedBuffer(Resource):
 
         ``None`` for :meth:`Device.allocate_pinned` memory.
         """
-        return self._mr
+        mr: MemoryResource[Any] | None = self._mr
+        return mr
 
     def numpy(self, dtype: Any = "uint8") -> Any:
         """A NumPy array over the memory (1-D, of ``dtype``); it keeps this buffer alive.

@@ -22,13 +22,24 @@ import abc
 import weakref
 from typing import Any, Generic, NoReturn, TypeVar
 
-from cuguard.errors import Unique, wrong_kind
+from cuguard.errors import ResourceClosedError, Unique, wrong_kind
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream
 
 __all__ = ["MemoryResource"]
 
 B = TypeVar("B", Buffer, PinnedBuffer)
+
+
+def check_device(resource: object, device: Any) -> None:
+    """``ResourceClosedError`` naming ``resource`` when its ``device`` belongs to a driver no longer installed (O3)."""
+    try:
+        device._check_driver()
+    except ResourceClosedError:
+        raise ResourceClosedError(
+            f"{resource!r} cannot be used: its {device!r} belongs to a CUDA driver that is no longer installed; "
+            f"make a new resource for Device({device.ordinal})"
+        ) from None
 
 
 def stream_argument(stream: object) -> Stream | None:
@@ -87,8 +98,10 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
     def deallocate(self, buffer: B, stream: Stream | None = None) -> None:
         """Free ``buffer``, a buffer this resource allocated: ``buffer.close(stream)``.
 
-        Another kind of object raises ``TypeError`` and a buffer of another
-        resource ``ValueError``, before anything is freed. The rest is
+        Another kind of object raises ``TypeError``, a resource that refuses
+        use (closed, or of a driver no longer installed)
+        ``ResourceClosedError``, and a buffer of another resource
+        ``ValueError``, before anything is freed. The rest is
         ``close()``'s rules: with ``stream`` stream-ordered memory is freed on
         it; a refused free raises :class:`~cuguard.errors.CUDAError` and the
         memory is leaked, never freed twice. Idempotent.
@@ -96,6 +109,7 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
         if not isinstance(buffer, (Buffer, PinnedBuffer)):
             raise wrong_kind("buffer", "a Buffer or a PinnedBuffer", buffer)
         stream = stream_argument(stream)
+        self._check_usable()
         if buffer._mr is not self:
             raise ValueError(f"{buffer!r} was not allocated by {self!r}")
         buffer.close(stream)
@@ -135,6 +149,9 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
         return self._leaked + gone
 
     # --- hooks for subclasses and for the buffers --------------------------------------
+
+    def _check_usable(self) -> None:
+        """Raise :class:`~cuguard.errors.ResourceClosedError` if this resource refuses use; subclasses say when."""
 
     def _adopt(self, buffer: B, data: object = None) -> B:
         """Make ``buffer`` (just allocated, owned) one of this resource's: its release comes here.

@@ -21,7 +21,7 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, add_failure_note, driver, raise_status, wrong_kind
 from cuguard.resources._memory import Buffer
-from cuguard.resources._memres import MemoryResource, stream_argument
+from cuguard.resources._memres import MemoryResource, check_device, stream_argument
 from cuguard.resources._stream import Stream, driver_types
 
 __all__ = ["VirtualMemoryResource", "VirtualMemoryResourceOptions"]
@@ -273,6 +273,9 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
 
     # --- properties -----------------------------------------------------------------------
 
+    def _check_usable(self) -> None:
+        check_device(self, self._dev)
+
     @property
     def device_id(self) -> int:
         """The ordinal of the device the physical memory is on."""
@@ -322,6 +325,7 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         """
         size = _positive_size(size, "size")
         stream = stream_argument(stream)
+        self._check_usable()
         context = self._dev.context
         layout = call_in(context, self._build, _undo_layout, self._round(size))
         buffer = Buffer._made(driver_types().CUdeviceptr(layout.ranges[0][0]), context, self._dev.ordinal, size)
@@ -373,6 +377,7 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         if not isinstance(buffer, Buffer):
             raise wrong_kind("buffer", "a Buffer", buffer)
         new_size = _positive_size(new_size, "new_size")
+        self._check_usable()
         if buffer._mr is not self:
             raise ValueError(f"{buffer!r} was not allocated by {self!r}")
         if buffer._closed or buffer._context._closed:

@@ -26,7 +26,8 @@ from cuguard.testing._misuse.model import MEMORY_RESOURCES, POOL_RESOURCES, SIZE
 
 __all__ = ["ANY", "CTX_HANDLE", "EDGE", "KERNEL_ARGS", "Op", "Param", "build_ops"]
 
-STREAM = frozenset({"Stream", "ForeignStream"})
+#: What a stream parameter takes: any ``__cuda_stream__`` object, a GraphBuilder (its stream) included.
+STREAM = frozenset({"Stream", "ForeignStream", "GraphBuilder"})
 EVENT = frozenset({"Event"})
 CONTEXT = frozenset({"Context"})
 DEVICE = frozenset({"Device"})

@@ -418,6 +418,8 @@ class SimPools(SimCore):
         self._drop_live(alloc.base, alloc.ctx)
 
     def _pool_host_alloc(self, size: int, ctx: Ctx) -> Alloc:
+        if size > self._memory_per_device:  # as for cuMemHostAlloc: the simulated host is that large
+            raise Status(R.CUDA_ERROR_OUT_OF_MEMORY)
         buffer = (ctypes.c_char * size)()
         base = ctypes.addressof(buffer)
         alloc = Alloc(base, size, True, ctx, ctx.gen, "cuMemAllocFromPoolAsync", buffer=buffer)
