@@ -277,7 +277,13 @@ class GraphBuilder(_Collected):
         return f"<GraphBuilder {kind} on stream {handle}{state}>"
 
     def __cuda_stream__(self) -> tuple[int, int]:
-        """The CUDA stream protocol: the captured stream, ``(0, handle address)``."""
+        """The CUDA stream protocol: the captured stream, ``(0, handle address)``.
+
+        A closed builder (or one whose stream refuses use) raises
+        ``ResourceClosedError``: it is no longer a stream.
+        """
+        if self._closed or self._driver is not driver_token():
+            self._check_open()
         return (0, int(self._stream.handle))
 
     # --- begin and end ---

@@ -349,6 +349,15 @@ class _PoolResource(MemoryResource[Any], Resource):
         del handle
         if stream is not None:
             stream._check_open()
+            err, capturing = driver.cuStreamIsCapturing(stream._handle)
+            if err:
+                raise_status(err, "cuStreamIsCapturing")
+            if int(capturing) == 1:  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+                raise RuntimeError(
+                    f"{stream!r} is being captured into a graph: an allocation there would be graph memory, "
+                    "which exists only while the graph runs; allocate before the capture begins, or use "
+                    "GraphDefinition.allocate()"
+                )
         return size, stream
 
     def _allocate_ptr(self, size: int, stream: Stream | None) -> Any:
@@ -552,7 +561,9 @@ class DeviceMemoryResource(_PoolResource):
         then, except when the wait of an allocation without ``stream`` fails and
         freeing it again is refused too: a note says so, its bytes count in
         :attr:`leaked` and the pool is leaked with them. ``ValueError`` for an
-        imported pool, ``ResourceClosedError`` once closed.
+        imported pool, ``ResourceClosedError`` once closed, ``RuntimeError``
+        for a ``stream`` being captured into a graph (an allocation there would
+        be graph memory; checked with ``cuStreamIsCapturing``).
         """
         size, stream = self._check_allocate(size, stream)
         ptr = self._allocate_ptr(size, stream)

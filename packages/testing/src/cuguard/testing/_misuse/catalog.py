@@ -489,6 +489,8 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
             lambda mr, size, stream: mr.allocate(size, stream),
             sizes,
             _p("stream", STREAM, "Stream", optional=True),
+            # documented for pools: a stream being captured is refused (its allocation would be graph memory)
+            extra_errors=(RuntimeError,) if cls in POOL_RESOURCES else (),
             weight=3,
         )
         add(

@@ -47,7 +47,8 @@ __all__ = ["DriverSlot", "Outcome", "Session"]
 
 
 #: Driver functions whose release failing means the object was leaked on purpose (W5), not left behind (G1).
-RELEASE_CALLS = _RELEASE_CALLS | {"cuGraphReleaseUserObject", "cuGraphDestroyNode"}
+#: A refused cuStreamEndCapture leaks the capture's graph, and what that graph keeps (W5).
+RELEASE_CALLS = _RELEASE_CALLS | {"cuGraphReleaseUserObject", "cuGraphDestroyNode", "cuStreamEndCapture"}
 MAX_POOL = 70
 #: How many steps of its example a violation keeps as its reproducer.
 TRACE = 400
