@@ -119,6 +119,8 @@ KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
 #   raw_no_switch, cuguard_no_switch: (switch_restore_event only) the same event create+close with the device's
 #                   context current: what the switch itself costs each side is its variant minus these.
 DIAGNOSTICS = ("compiled_floor", "raw_user_object", "raw_no_switch", "cuguard_no_switch")
+#: ctypes destructors of the benchmark's raw user objects: the driver may call them until the process ends.
+_DESTRUCTORS: list[Any] = []
 
 
 def _native() -> Any:
@@ -836,14 +838,14 @@ def op_graph_launch(env: Env) -> Operation:
         f"instantiate a {GRAPH_NODES}-node chain, launch it, sync the stream, destroy the executable graph",
     )
 
-    keep: list[Any] = []
-
     def raw(user_object: bool = False) -> Variant:
         graph = _chain_raw(D)
         if user_object:
             # A user object moved into the graph, as cuguard's definition holds one once instantiated.
             destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: None)
-            keep.append(destructor)
+            # The driver calls it when the graph is destroyed (the variant's cleanup, after the builder's
+            # locals are gone): it must live as long as the process, or that call jumps into freed memory.
+            _DESTRUCTORS.append(destructor)
             address = ctypes.cast(destructor, ctypes.c_void_p).value
             err, obj = D.cuUserObjectCreate(0, D.CUhostFn(address), 1, 1)  # CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
             if err:
