@@ -174,3 +174,27 @@ def test_deallocate_through_a_resource_of_an_uninstalled_driver_is_refused_namin
         close = getattr(mr, "close", None)
         if close is not None:
             close()
+
+
+@pytest.mark.contract("O6", "W5")
+@pytest.mark.parametrize("kind", ["DeviceMemoryResource-created", "PinnedMemoryResource"])
+def test_a_pool_collected_in_a_cycle_with_its_buffer_is_destroyed_after_it(kind: str) -> None:
+    # Collection clears the weak references of a cycle before it runs any release: the pool must
+    # still know that its buffer is allocated, and be destroyed only once the buffer was freed.
+    with simulated_driver(devices=1) as sim:
+        device = Device(0)
+        try:
+            mr = MAKERS[kind](device)
+        except CUDAError as exc:
+            pytest.skip(f"{kind}: {exc}")
+        buf = mr.allocate(64)
+        holder: dict[str, Any] = {"mr": mr, "buf": buf}
+        holder["self"] = holder  # a cycle holding both
+        del mr, buf, holder
+        with record_calls() as log:
+            gc.collect()
+        names = [c.name for c in log if c.name in ("cuMemPoolDestroy", "cuMemFree", "cuMemFreeAsync")]
+        assert names[-1] == "cuMemPoolDestroy", names
+        assert names.count("cuMemPoolDestroy") == 1
+        assert sim.misuse == []
+        assert not [o for o in sim.live_objects() if o.kind == "memory_pool"]

@@ -79,10 +79,15 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
 
     _live: weakref.WeakKeyDictionary[Any, None]
     _leaked: int
+    #: How many buffers this resource allocated are not released yet. A plain count, not the weak
+    #: accounting: garbage collection clears the weak references of a cycle before it runs any
+    #: release, so a resource collected together with its buffers must still see them (O6).
+    _outstanding: int
 
     def __init__(self) -> None:
         self._live = weakref.WeakKeyDictionary()
         self._leaked = 0
+        self._outstanding = 0
 
     # --- the interface -----------------------------------------------------------------
 
@@ -163,6 +168,7 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
         buffer._mr = self
         buffer._mr_data = data
         self._live[buffer] = None
+        self._outstanding += 1
         return buffer
 
     @abc.abstractmethod
@@ -179,6 +185,7 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
     def _release_buffer(self, buffer: B, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         """Called by a buffer's release (explicit or on collection): free it and keep the count."""
         self._live.pop(buffer, None)
+        self._outstanding -= 1
         try:
             status, call = self._free(buffer, stream, raising)
         except BaseException:

@@ -398,7 +398,7 @@ class _PoolResource(MemoryResource[Any], Resource):
             # A buffer whose free was refused may still hold memory of the pool: the pool is
             # leaked with it (W5), never destroyed under it.
             return 0, ""
-        if self.buffers:
+        if self._outstanding:
             # Never ask the driver to destroy a pool with allocations outstanding: the pool is
             # destroyed right after its last buffer is freed (_release_buffer), in the order a
             # program that frees first and destroys last uses.
@@ -409,7 +409,7 @@ class _PoolResource(MemoryResource[Any], Resource):
 
     def _release_buffer(self, buffer: Any, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         status, call = super()._release_buffer(buffer, stream, raising)
-        if status or not self._destroy_pending or self.buffers or self.leaked:
+        if status or not self._destroy_pending or self._outstanding or self.leaked:
             return status, call  # after a refused free the pool is leaked with that buffer (W5)
         self._destroy_pending = False
         (err,) = driver.cuMemPoolDestroy(self._handle)
