@@ -47,6 +47,13 @@ def ipc_mr(device: Device) -> Any:
         yield mr
 
 
+@pytest.fixture
+def shared_mr(ipc_mr: DeviceMemoryResource) -> DeviceMemoryResource:
+    """The IPC-enabled pool, shared once (the driver exports pointers of shared pools only)."""
+    ipc_mr.get_allocation_handle().close()
+    return ipc_mr
+
+
 def _sim_only(driver: Any) -> None:
     if not isinstance(driver, SimulatedDriver):
         pytest.skip("imports in the exporting process itself: simulator only (the driver's IPC joins two processes)")
@@ -217,6 +224,8 @@ def test_ipc_refusals_come_before_the_driver(device: Device, ipc_mr: DeviceMemor
             plain.get_ipc_descriptor()
         with pytest.raises(ValueError, match="cannot be shared"):
             unpooled.get_ipc_descriptor()
+        with pytest.raises(ValueError, match=r"never shared; call DeviceMemoryResource\.get_allocation_handle"):
+            shared.get_ipc_descriptor()  # its pool was not shared yet: the driver would refuse
         with pytest.raises(TypeError, match="mr"):
             Buffer.from_ipc_descriptor(object(), None)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="descriptor"):
@@ -257,8 +266,8 @@ def test_allocation_handle_owns_its_descriptor(ipc_mr: DeviceMemoryResource) -> 
         os.fstat(fd)  # the descriptor was closed
 
 
-def test_descriptors_are_plain_picklable_data(device: Device, ipc_mr: DeviceMemoryResource, stream: Any) -> None:
-    buf = ipc_mr.allocate(128, stream)
+def test_descriptors_are_plain_picklable_data(device: Device, shared_mr: DeviceMemoryResource, stream: Any) -> None:
+    buf = shared_mr.allocate(128, stream)
     desc = buf.get_ipc_descriptor()
     assert pickle.loads(pickle.dumps(desc)) == desc
     assert desc.size == 128
@@ -274,22 +283,33 @@ def test_descriptors_are_plain_picklable_data(device: Device, ipc_mr: DeviceMemo
 @pytest.mark.parametrize("caller", ["none", "other"])
 @pytest.mark.parametrize("size", [128, 2 << 20])
 def test_descriptors_right_after_a_stream_ordered_allocation(
-    device: Device, ipc_mr: DeviceMemoryResource, stream: Any, *, size: int, caller: str, request: pytest.FixtureRequest
+    device: Device,
+    shared_mr: DeviceMemoryResource,
+    stream: Any,
+    *,
+    size: int,
+    caller: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """A buffer exported at once after its allocation on a stream, and an IPC event, with no context or
-    another one current: the buffer's stream is waited for first, both run in the device's context, and
-    the caller's context is current again afterwards."""
+    another one current: the buffer's stream is waited for first, both run in the device's context (the
+    event's handle never with no context current: the real process dies there), and the caller's context
+    is current again afterwards."""
     if caller == "other":
         request.getfixturevalue("other_context")
     before = Context.current()
-    buf = ipc_mr.allocate(size, stream)
+    buf = shared_mr.allocate(size, stream)
     with record_calls() as log:
         desc = buf.get_ipc_descriptor()
     names = [c.name for c in log]
     assert names.index("cuStreamSynchronize") < names.index("cuMemPoolExportPointer")
     assert desc.size == size
     event = device.create_event(ipc_enabled=True)
-    assert len(event.get_ipc_descriptor().data) == 64
+    with record_calls() as log:
+        edesc = event.get_ipc_descriptor()
+    assert len(edesc.data) == 64
+    names = [c.name for c in log]
+    assert names.index("cuCtxSetCurrent") < names.index("cuIpcGetEventHandle")  # into the event's context
     assert Context.current() == before
     buf.close()
     event.close()
@@ -298,9 +318,9 @@ def test_descriptors_right_after_a_stream_ordered_allocation(
 @pytest.mark.contract("G2", "G3")
 @pytest.mark.parametrize("call", ["cuStreamSynchronize", "cuMemPoolExportPointer", "cuCtxSetCurrent"])
 def test_a_failed_buffer_export_leaves_the_buffer_usable(
-    device: Device, ipc_mr: DeviceMemoryResource, stream: Any, call: str
+    device: Device, shared_mr: DeviceMemoryResource, stream: Any, call: str
 ) -> None:
-    buf = ipc_mr.allocate(256, stream)
+    buf = shared_mr.allocate(256, stream)
     with inject(call, INVALID_VALUE), pytest.raises(CUDAError) as info:
         buf.get_ipc_descriptor()
     assert info.value.call == call
@@ -313,8 +333,8 @@ def test_a_failed_buffer_export_leaves_the_buffer_usable(
 def test_failed_import_maps_nothing(cuguard_driver: Any, device: Device, ipc_mr: DeviceMemoryResource) -> None:
     _sim_only(cuguard_driver)
     buf = ipc_mr.allocate(256)
-    desc = buf.get_ipc_descriptor()
     with ipc_mr.get_allocation_handle() as handle:
+        desc = buf.get_ipc_descriptor()
         with leak_check(), inject("cuMemPoolImportFromShareableHandle", INVALID_VALUE), pytest.raises(CUDAError):
             DeviceMemoryResource.from_allocation_handle(device, handle)
         imr = DeviceMemoryResource.from_allocation_handle(device, handle.fd)

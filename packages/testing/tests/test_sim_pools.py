@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cb
 
-from cuguard.testing._sim import SimulatedDriver, simulated_driver
+from cuguard.testing._sim import SimulatedCrash, SimulatedDriver, simulated_driver
 from cuguard.testing._sim.pools import POOL_GRANULE, POOL_MAX_SIZE_STEP
 
 pytestmark = pytest.mark.contract("B2")
@@ -260,14 +260,23 @@ def test_shared_pool_round_trip_in_one_process(sim: SimulatedDriver) -> None:
     assert free == total  # the import's bytes were never counted as this device's
 
 
-def test_export_pointer_waits_until_the_stream_reached_the_allocation(sim: SimulatedDriver) -> None:
+def test_export_pointer_needs_a_shared_pool_and_a_reached_allocation(sim: SimulatedDriver) -> None:
     pool = _pool(sim, shareable=True)
     st = _stream(sim)
     err, ptr = sim.cuMemAllocFromPoolAsync(128, pool, st)
     assert err == OK
-    assert sim.cuMemPoolExportPointer(ptr) == (INVALID_VALUE, None)  # still in flight on its stream
     assert sim.cuStreamSynchronize(st) == (OK,)
+    assert sim.cuMemPoolExportPointer(ptr) == (INVALID_VALUE, None)  # the pool was never exported (as an H200)
+    err, fd = sim.cuMemPoolExportToShareableHandle(pool, FD, 0)
+    assert err == OK
+    os.close(fd)  # the pool stays shared
+    err, pending = sim.cuMemAllocFromPoolAsync(128, pool, st)
+    assert err == OK
+    assert sim.cuMemPoolExportPointer(pending) == (INVALID_VALUE, None)  # still in flight on its stream
     assert sim.cuMemPoolExportPointer(ptr)[0] == OK
+    assert sim.cuStreamSynchronize(st) == (OK,)
+    assert sim.cuMemPoolExportPointer(pending)[0] == OK
+    assert sim.cuMemFreeAsync(pending, st) == (OK,)
     assert sim.cuMemPoolExportPointer(ptr)[0] == OK  # again: it stays reached
     err, later = sim.cuMemAllocFromPoolAsync(2 << 20, pool, st)
     assert sim.cuStreamQuery(st) == (OK,)  # a query that finds the stream idle retires its work too
@@ -279,12 +288,16 @@ def test_export_pointer_waits_until_the_stream_reached_the_allocation(sim: Simul
     assert sim.cuStreamDestroy(st) == (OK,)
 
 
-def test_ipc_event_handle_needs_a_current_context(sim: SimulatedDriver) -> None:
+def test_ipc_event_handle_with_no_context_current_crashes(sim: SimulatedDriver) -> None:
+    """The real process died with SIGSEGV there (an H200): a SimulatedCrash, recorded as misuse."""
     err, shared = sim.cuEventCreate(2 | 4)
     assert err == OK
     err, ctx = sim.cuCtxGetCurrent()
     assert sim.cuCtxSetCurrent(cb.CUcontext(0)) == (OK,)
-    assert sim.cuIpcGetEventHandle(shared) == (R.CUDA_ERROR_INVALID_CONTEXT, None)  # as on an H200
+    with pytest.raises(SimulatedCrash) as info:
+        sim.cuIpcGetEventHandle(shared)
+    assert info.value.call == "cuIpcGetEventHandle"
+    assert [i.call for i in sim.misuse] == ["cuIpcGetEventHandle"]
     assert sim.cuCtxSetCurrent(ctx) == (OK,)
     assert sim.cuIpcGetEventHandle(shared)[0] == OK
     assert sim.cuEventDestroy(shared) == (OK,)
@@ -362,3 +375,46 @@ def test_ipc_events(sim: SimulatedDriver) -> None:
     for event in (opened, shared, plain):
         assert sim.cuEventDestroy(event) == (OK,)
     sim.cuStreamDestroy(st)
+
+
+def test_import_pointer_needs_no_current_context(sim: SimulatedDriver) -> None:
+    """As on an H200: the mapping is made with no context current and freed in the device's context."""
+    pool = _pool(sim, shareable=True)
+    st = _stream(sim)
+    _err, ptr = sim.cuMemAllocFromPoolAsync(64, pool, st)
+    assert sim.cuStreamSynchronize(st) == (OK,)
+    _err, fd = sim.cuMemPoolExportToShareableHandle(pool, FD, 0)
+    _err, data = sim.cuMemPoolExportPointer(ptr)
+    err, imported = sim.cuMemPoolImportFromShareableHandle(fd, FD, 0)
+    assert err == OK
+    os.close(fd)
+    err, ctx = sim.cuCtxGetCurrent()
+    assert sim.cuCtxSetCurrent(cb.CUcontext(0)) == (OK,)
+    err, mapped = sim.cuMemPoolImportPointer(imported, data)
+    assert err == OK
+    assert sim.cuCtxSetCurrent(ctx) == (OK,)
+    assert sim.cuMemFree(mapped) == (OK,)
+    assert sim.cuMemPoolDestroy(imported) == (OK,)
+    assert sim.cuMemFreeAsync(ptr, st) == (OK,)
+    assert sim.cuMemPoolDestroy(pool) == (OK,)
+    assert sim.cuStreamDestroy(st) == (OK,)
+    assert _kinds(sim) == []
+    assert sim.misuse == []
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_an_allocation_the_stream_refuses_leaves_nothing(sim: SimulatedDriver, host: bool) -> None:
+    """On a stream whose capture was invalidated the allocation fails and nothing of it is left."""
+    pool = _pool(sim, host=host)
+    st = _stream(sim)
+    mode = cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    assert sim.cuStreamBeginCapture(st, mode) == (OK,)
+    assert sim.cuStreamQuery(st)[0] == R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED  # invalidates the capture
+    err, _ptr = sim.cuMemAllocFromPoolAsync(64, pool, st)
+    assert err == R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    assert _attr(sim, pool, "USED_MEM_CURRENT") == 0
+    assert sim.cuStreamEndCapture(st)[0] == R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    assert sim.cuMemPoolDestroy(pool) == (OK,)
+    assert sim.cuStreamDestroy(st) == (OK,)
+    assert _kinds(sim) == []
+    assert sim.misuse == []

@@ -6,7 +6,9 @@ Ownership rules:
   once (:meth:`DeviceMemoryResource.get_allocation_handle`, a POSIX file
   descriptor held by an :class:`IPCAllocationHandle`) and each buffer by a
   descriptor (:meth:`Buffer.get_ipc_descriptor`, an
-  :class:`IPCBufferDescriptor`: 64 bytes of plain data).
+  :class:`IPCBufferDescriptor`: 64 bytes of plain data). The pool is shared
+  first: the driver exports buffers of a shared pool only, so a buffer of a
+  pool never shared is refused with ``ValueError``.
 - The importing process owns what it imported: the imported pool
   (:meth:`DeviceMemoryResource.from_allocation_handle`) and each imported
   buffer (:meth:`Buffer.from_ipc_descriptor`); it frees them itself
@@ -192,7 +194,9 @@ def export_pool(mr: Any) -> IPCAllocationHandle:
     err, fd = driver.cuMemPoolExportToShareableHandle(mr.handle, _fd_handle_type(), 0)
     if err:
         raise_status(err, "cuMemPoolExportToShareableHandle")
-    return IPCAllocationHandle.from_fd(int(fd))
+    handle = IPCAllocationHandle.from_fd(int(fd))
+    mr._exported = True  # the driver exports the pool's pointers from now on
+    return handle
 
 
 def _pool_destroy(pool: Any) -> None:
@@ -248,10 +252,12 @@ def _context_sync() -> None:
 def buffer_descriptor(buffer: Buffer) -> IPCBufferDescriptor:
     """``Buffer.get_ipc_descriptor``.
 
-    The driver exports only an allocation its stream has reached, so the
-    stream the buffer was allocated on is waited for first (the buffer's
-    context, when that stream was closed since); the export runs in the
-    buffer's context.
+    The driver exports pointers only of a pool that was itself exported
+    (it refuses the others with ``CUDA_ERROR_INVALID_VALUE``), so a buffer
+    of a pool never exported is refused first with ``ValueError``. The
+    stream the buffer was allocated on is waited for (the buffer's context,
+    when that stream was closed since); the export runs in the buffer's
+    context.
     """
     from cuguard.resources._pools import DeviceMemoryResource
 
@@ -261,6 +267,11 @@ def buffer_descriptor(buffer: Buffer) -> IPCBufferDescriptor:
         raise ValueError(
             f"{buffer!r} cannot be shared: only buffers allocated from an IPC-enabled DeviceMemoryResource "
             "of this process can"
+        )
+    if not mr._exported:
+        raise ValueError(
+            f"{buffer!r} cannot be shared yet: its pool was never shared; call "
+            "DeviceMemoryResource.get_allocation_handle() first (the driver exports pointers of shared pools only)"
         )
     stream = buffer._stream
     if stream is not None:

@@ -328,9 +328,10 @@ class Buffer(Resource):
         """An :class:`~cuguard.resources.IPCBufferDescriptor` with which another process maps this buffer.
 
         Only buffers of an IPC-enabled :class:`~cuguard.resources.DeviceMemoryResource`
-        of this process can be shared (``ValueError`` otherwise, before the
-        driver is asked). The driver exports only an allocation its stream
-        has reached, so this first waits for the stream the buffer was
+        of this process can be shared, once its pool was shared with
+        :meth:`DeviceMemoryResource.get_allocation_handle` (``ValueError``
+        otherwise, before the driver is asked: the driver exports pointers
+        of shared pools only). This first waits for the stream the buffer was
         allocated on (for the buffer's context when that stream was closed);
         the export runs in the buffer's context, whatever is current. The
         other process maps it with :meth:`from_ipc_descriptor` and must free

@@ -292,6 +292,7 @@ class _PoolResource(MemoryResource[Any], Resource):
     _device_ordinal: int
     _ipc: bool
     _imported: bool
+    _exported: bool  # get_allocation_handle has succeeded: its buffers can be exported
 
     def _check_usable(self) -> None:
         if self._closed or self._context._closed:
@@ -303,6 +304,7 @@ class _PoolResource(MemoryResource[Any], Resource):
         self._device_ordinal = device
         self._ipc = ipc
         self._imported = imported
+        self._exported = False
         self._destroy_pending = False  # closed while buffers were allocated: destroyed after the last
 
     @property
@@ -525,8 +527,10 @@ class DeviceMemoryResource(_PoolResource):
         """A new :class:`IPCAllocationHandle` (a POSIX file descriptor) that shares this pool with other processes.
 
         The handle owns the descriptor: close it (or let it be collected)
-        once sent. ``ValueError`` when the pool is not IPC-enabled or is
-        itself imported; :class:`~cuguard.errors.CUDAError` if the driver refuses.
+        once sent. The pool's buffers can be shared
+        (:meth:`Buffer.get_ipc_descriptor`) once this has succeeded.
+        ``ValueError`` when the pool is not IPC-enabled or is itself
+        imported; :class:`~cuguard.errors.CUDAError` if the driver refuses.
         """
         from cuguard.resources._ipc import export_pool
 

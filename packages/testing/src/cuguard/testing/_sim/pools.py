@@ -25,14 +25,18 @@ Model:
   socket, or by ``multiprocessing``), whose simulated driver imports the pool
   from it and each exported pointer from its 64 bytes of export data; both
   processes then see the same bytes, exactly as on a GPU. An allocation is
-  exported only once its stream has reached it (``cuMemPoolExportPointer``
-  of an allocation still in flight is ``CUDA_ERROR_INVALID_VALUE``: an H200
-  refused a buffer exported right after ``cuMemAllocFromPoolAsync`` and
-  exported one whose stream had been waited for; assumed rule, probed by
-  ``pool_export_pointer_readiness`` in ``scripts/differential.py``).
+  exported (``cuMemPoolExportPointer``) only from a pool that was itself
+  exported first (``cuMemPoolExportToShareableHandle``): an H200 refused
+  every pointer of a shareable pool never exported with
+  ``CUDA_ERROR_INVALID_VALUE``, however long its stream had been waited for,
+  and exported those of an exported pool. An allocation still in flight on
+  its stream is refused too (``CUDA_ERROR_INVALID_VALUE``; assumed, probed by
+  ``pool_export_pointer_after_pool_export`` in ``scripts/differential.py``).
+  ``cuMemPoolImportPointer`` needs no context current (as an H200); the
+  mapping then belongs to the pool's device's primary context.
 - IPC events (``CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING``) export a
-  64-byte handle (``cuIpcGetEventHandle`` needs a current context:
-  ``CUDA_ERROR_INVALID_CONTEXT`` without one, as an H200 answered); opening
+  64-byte handle (``cuIpcGetEventHandle`` with no context current killed the
+  real process with SIGSEGV on an H200: :class:`SimulatedCrash`); opening
   it in another process gives a local event (work completes at once in the
   simulator, so it is always complete there).
   Opening it in the process that exported it is refused with
@@ -115,6 +119,7 @@ class Pool:
     fd: int = -1  # the memory file of a shareable pool (its exporter's), or -1
     mapping: Any = None  # the mmap of that file
     file_end: int = _HEADER  # where the next allocation goes in the file
+    exported: bool = False  # cuMemPoolExportToShareableHandle has succeeded on it
 
     @property
     def host(self) -> bool:
@@ -407,7 +412,12 @@ class SimPools(SimCore):
             self._set_reserved(found, found.reserved + growth)
         found.allocs.add(alloc.base)
         self._pool_of[alloc.base] = found
-        self._alloc_ops[alloc.base] = (st, self._enqueue(st, "cuMemAllocFromPoolAsync", None))
+        try:
+            op = self._enqueue(st, "cuMemAllocFromPoolAsync", None)
+        except Status:
+            self._release_alloc(alloc)  # the stream refused it (an invalidated capture...): nothing is left
+            raise
+        self._alloc_ops[alloc.base] = (st, op)
         return (SUCCESS, cb.CUdeviceptr(alloc.base))
 
     def _forget_alloc(self, alloc: Alloc) -> None:
@@ -468,6 +478,7 @@ class SimPools(SimCore):
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
         if found.imported or found.fd < 0 or found.handle_types != _HANDLE_FD:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)  # not created shareable
+        found.exported = True
         return (SUCCESS, os.dup(found.fd))  # a new descriptor: the caller closes it
 
     @api(1)
@@ -503,6 +514,8 @@ class SimPools(SimCore):
         alloc = self._dev_find(addr)
         if alloc is None or alloc.freed:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
+        if not pool.exported:
+            raise Status(R.CUDA_ERROR_INVALID_VALUE)  # the pool itself was never shared (as an H200)
         if self._allocation_pending(addr):
             raise Status(R.CUDA_ERROR_INVALID_VALUE)  # its stream has not reached the allocation (assumed)
         payload = _PTR_MAGIC + pool.identity + struct.pack("<QQ", self._file_offsets[addr], alloc.size)
@@ -530,7 +543,9 @@ class SimPools(SimCore):
         offset, size = struct.unpack("<QQ", raw[20:36])
         if offset < _HEADER or offset + size > len(found.mapping):
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
-        ctx = self._require_ctx()
+        ctx = self._current() or self._primary[found.device]  # none current is fine (as an H200)
+        if ctx.destroyed:
+            ctx = self._require_ctx()  # the thread's context is gone: misuse, noted there
         alloc = self._new_device_alloc(size, ctx, found.device, "cuMemPoolImportPointer", live=False)
         alloc.data = memoryview(found.mapping)[offset : offset + size]
         self._add_live("device_memory", alloc.base, ctx, "cuMemPoolImportPointer")
@@ -559,7 +574,9 @@ class SimPools(SimCore):
 
     @api(1)
     def cuIpcGetEventHandle(self, event: Any) -> tuple[Any, ...]:
-        """The event's IPC handle; a context must be current (``CUDA_ERROR_INVALID_CONTEXT``, as an H200)."""
+        """The event's IPC handle; with no context current the real process dies (SIGSEGV on an H200)."""
+        if self._current() is None:
+            raise self._crash("cuIpcGetEventHandle", "no context current (the real process died with SIGSEGV)")
         self._require_ctx()
         ev = self._event(event, "cuIpcGetEventHandle")
         if not ev.flags & _EVENT_INTERPROCESS:

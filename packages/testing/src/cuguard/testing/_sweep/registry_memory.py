@@ -552,11 +552,12 @@ def pool_scenarios() -> list[Scenario]:
         return s
 
     add(B + "__del__[pool]", detached_pool_buffer, _release_obj, covers=(B + "__del__",), kind="warn", releases=True)
-    add(B + "get_ipc_descriptor", with_ipc_pool, lambda e, s: s.buf.get_ipc_descriptor(), **pk)
+    # the pool is shared first: the driver exports pointers of shared pools only
+    add(B + "get_ipc_descriptor", with_exported_pool, lambda e, s: s.buf.get_ipc_descriptor(), **pk)
 
     def ipc_buffer_of_a_closed_stream(env: Env) -> SimpleNamespace:
         """A buffer allocated on a stream that was closed since: the export waits for the context."""
-        s = with_ipc_pool(env)
+        s = with_exported_pool(env)
         gone = s.dev.create_stream()
         s.buf = env.own(s.mr.allocate(SIZE, gone))
         gone.close()
