@@ -150,17 +150,22 @@ def test_while_loop_with_a_zero_condition_never_runs_its_body(cuguard_driver: An
     out.close()
 
 
-@pytest.mark.contract("G3")
-def test_a_clone_of_a_conditional_graph_runs_the_same(cuguard_driver: Any, dev: Device, stream: Stream) -> None:
+@pytest.mark.contract("E3", "G3")
+def test_a_conditional_graph_is_neither_cloned_nor_embedded(cuguard_driver: Any, dev: Device, stream: Stream) -> None:
     out = dev.allocate_pinned(16)
     buf = dev.allocate(16)
-    with GraphDefinition(dev) as g:
+    with GraphDefinition(dev) as g, GraphDefinition(dev) as parent:
         node = g.if_then(g.create_condition(1))
         node.branches[0].memset(buf, 5)
         node.memcpy(out, buf)
-        with g.clone() as copy:
-            assert copy.find_node(node).branches == ()  # CUDA copied the bodies; it cannot list them
-            _run(copy, stream)
+        with record_calls() as calls:  # CUDA clones and embeds no graph with conditional nodes
+            with pytest.raises(ValueError, match="conditional nodes"):
+                g.clone()
+            with pytest.raises(ValueError, match="conditional nodes"):
+                parent.embed(g)
+        assert not [c for c in calls if c.name in ("cuGraphClone", "cuGraphAddChildGraphNode")]
+        assert parent.nodes == frozenset()
+        _run(g, stream)  # the definition is still usable (G3)
         assert bytes(out.numpy()) == b"\x05" * 16
     settle(cuguard_driver)
     buf.close()

@@ -95,12 +95,14 @@ def test_cuda_sizes_of_conditional_nodes_are_enforced(drv: SimulatedDriver, kind
 
 
 @pytest.mark.contract("B2")
-def test_a_handle_serves_its_graph_and_the_bodies_inside_it_only(drv: SimulatedDriver) -> None:
+def test_a_node_takes_any_live_handle_in_the_handles_context(drv: SimulatedDriver) -> None:
     _, graph = drv.cuGraphCreate(0)
     _, other = drv.cuGraphCreate(0)
     _, mine = drv.cuGraphConditionalHandleCreate(graph, drv.ctx, 1, 1)  # type: ignore[attr-defined]
     _, theirs = drv.cuGraphConditionalHandleCreate(other, drv.ctx, 1, 1)  # type: ignore[attr-defined]
-    assert _add(drv, graph, theirs, C.CU_GRAPH_COND_TYPE_IF, 1, drv.ctx)[0] == INVALID  # type: ignore[attr-defined]
+    # A handle of another graph is taken (the H200's driver answered success).
+    assert _add(drv, graph, theirs, C.CU_GRAPH_COND_TYPE_IF, 1, drv.ctx)[0] == OK  # type: ignore[attr-defined]
+    assert drv.cuGraphGetNodes(graph, 0)[-1] == 1
     err, _, params = _add(drv, graph, mine, C.CU_GRAPH_COND_TYPE_IF, 1, drv.ctx)  # type: ignore[attr-defined]
     assert err == OK
     (body,) = params.conditional.phGraph_out
@@ -108,6 +110,19 @@ def test_a_handle_serves_its_graph_and_the_bodies_inside_it_only(drv: SimulatedD
     assert _add(drv, graph, mine, C.CU_GRAPH_COND_TYPE_IF, 1, cb.CUcontext(0))[0] != OK  # not the handle's context
     drv.cuGraphDestroy(graph)
     drv.cuGraphDestroy(other)
+
+
+@pytest.mark.contract("B2")
+def test_graphs_with_conditional_nodes_are_neither_cloned_nor_embedded(drv: SimulatedDriver) -> None:
+    _, graph = drv.cuGraphCreate(0)
+    _, parent = drv.cuGraphCreate(0)
+    _, handle = drv.cuGraphConditionalHandleCreate(graph, drv.ctx, 1, 1)  # type: ignore[attr-defined]
+    assert _add(drv, graph, handle, C.CU_GRAPH_COND_TYPE_IF, 1, drv.ctx)[0] == OK  # type: ignore[attr-defined]
+    assert drv.cuGraphClone(graph) == (cb.CUresult.CUDA_ERROR_NOT_SUPPORTED, None)
+    assert drv.cuGraphAddChildGraphNode(parent, None, 0, graph) == (cb.CUresult.CUDA_ERROR_NOT_SUPPORTED, None)
+    assert drv.cuGraphGetNodes(parent, 0)[-1] == 0
+    drv.cuGraphDestroy(parent)
+    drv.cuGraphDestroy(graph)
 
 
 @pytest.mark.contract("B2")

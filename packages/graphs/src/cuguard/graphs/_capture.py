@@ -326,10 +326,11 @@ class GraphBuilder(_Collected):
         invalidated: ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``; a fork was not
         joined: ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``) nothing is left behind (a
         graph returned beside the error is destroyed), the builder is no longer
-        building and the stream is usable. Otherwise (for example
-        ``CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`` from another thread in a mode
-        that is not relaxed) the capture goes on and the builder is still
-        building. After a successful end the forks' streams and events are
+        building and the stream is usable (the H200's driver also ends the
+        capture when it refuses ``CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD``, from
+        another thread in a mode that is not relaxed; the driver is asked
+        whether the capture goes on). Otherwise the capture goes on and the
+        builder is still building. After a successful end the forks' streams and events are
         destroyed and the graph adopted (``cuUserObjectCreate``,
         ``cuGraphRetainUserObject`` when something is kept alive); when one of
         those fails the captured graph is destroyed and the error raised: nothing

@@ -465,6 +465,11 @@ class GraphDefinition(_Collected):
         if any(node._kind in ("mem_alloc", "mem_free") for node in self._nodes.values()):
             raise ValueError(f"{self!r} holds memory allocation or free nodes, so it cannot {what} (a CUDA rule)")
 
+    def _check_no_conditional_nodes(self, what: str) -> None:
+        """CUDA neither clones nor embeds graphs holding conditional nodes: refuse before the driver (E3)."""
+        if any(node._kind == "conditional" for node in self._nodes.values()):
+            raise ValueError(f"{self!r} holds conditional nodes, so it cannot {what} (a CUDA rule)")
+
     def connect(self, *edges: tuple[Node, Node]) -> None:
         """Add the edges ``(from, to)``, all or none.
 
@@ -878,7 +883,9 @@ class GraphDefinition(_Collected):
         Later changes to ``child`` do not affect the node. Everything the
         child's nodes use is kept alive by this definition too.
 
-        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
+        Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call; a
+        child holding memory allocation, memory free or conditional nodes is a
+        ``ValueError``: CUDA does not embed those) and
         :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
         if not isinstance(child, GraphDefinition):
@@ -890,6 +897,7 @@ class GraphDefinition(_Collected):
         child_handle = child.handle
         deps = self._deps(deps)  # a wrong kind of dependency is a TypeError before any rule of CUDA's (E3)
         child._check_no_memory_nodes("be embedded as a child graph")  # CUDA_ERROR_NOT_SUPPORTED on an H200
+        child._check_no_conditional_nodes("be embedded as a child graph")
         _check_owners(child, child._owners, "embedded")  # CUDA copies its nodes now (S2, O4)
         owners = list(child._owners.values())
         node = self._add(
@@ -973,10 +981,13 @@ class GraphDefinition(_Collected):
 
         The copy keeps everything the nodes use alive on its own. Map a node
         of this definition to its copy with ``copy.find_node(node)``. Creates
-        nothing when it raises (G1): a partly built copy is destroyed.
+        nothing when it raises (G1): a partly built copy is destroyed. A
+        definition holding memory allocation, memory free or conditional nodes
+        cannot be cloned (a CUDA rule): ``ValueError`` before any driver call.
         """
         self._check_open()
         self._check_no_memory_nodes("be cloned")
+        self._check_no_conditional_nodes("be cloned")  # CUDA_ERROR_NOT_SUPPORTED on an H200
         _check_owners(self, self._owners, "cloned")  # CUDA copies every node now (S2, O4)
         err, handle = driver.cuGraphClone(self._handle)
         if err:

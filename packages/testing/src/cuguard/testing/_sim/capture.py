@@ -8,19 +8,18 @@ Rules (documented in the CUDA driver API unless marked assumed):
   the given nodes. A stream already capturing answers
   ``CUDA_ERROR_ILLEGAL_STATE``; the legacy NULL stream answers
   ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``.
-- Kernel launches, asynchronous copies and memsets, host functions and graph
-  launches queued on a capturing stream run nothing: each becomes a node
-  depending on the stream's capture dependencies, which it then replaces. A
-  graph launch becomes a child graph node. ``cuMemAllocAsync`` and
+- Kernel launches, asynchronous copies and memsets and host functions queued
+  on a capturing stream run nothing: each becomes a node depending on the
+  stream's capture dependencies, which it then replaces. ``cuMemAllocAsync`` and
   ``cuMemFreeAsync`` become allocation and free nodes (freeing memory that the
   capture did not allocate is ``CUDA_ERROR_INVALID_VALUE``, assumed).
 - ``cuEventRecord`` on a capturing stream makes no node: the event remembers
   the stream's dependencies. ``cuStreamWaitEvent`` on such an event makes a
   stream that is not capturing join the capture (a fork) and adds the
   dependencies to one that is (a join); an event of another capture is
-  ``CUDA_ERROR_STREAM_CAPTURE_MERGE``, an event recorded outside the capture
-  is ``CUDA_ERROR_STREAM_CAPTURE_ISOLATION``; both invalidate the waiting
-  stream's capture. Querying or synchronizing an event recorded in a capture
+  ``CUDA_ERROR_STREAM_CAPTURE_MERGE`` and invalidates both captures, an event
+  recorded outside the capture is ``CUDA_ERROR_STREAM_CAPTURE_ISOLATION`` and
+  invalidates the waiting stream's capture. Querying or synchronizing an event recorded in a capture
   in progress is ``CUDA_ERROR_CAPTURED_EVENT``.
 - Synchronizing or querying a capturing stream is
   ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates its capture;
@@ -49,9 +48,14 @@ Rules (documented in the CUDA driver API unless marked assumed):
   ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``, also ending the capture with no
   graph (assumed). Other failures leave the capture as it was (assumed):
   ``CUDA_ERROR_ILLEGAL_STATE`` on a stream that is not capturing,
-  ``CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`` on a forked stream,
-  ``CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`` from another thread than the one
-  that began a capture in global or thread-local mode.
+  ``CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`` on a forked stream.
+  ``CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD``, from another thread than the one
+  that began a capture in global or thread-local mode, ends the capture with
+  no graph all the same (as the H200's driver does).
+- ``cuGraphLaunch`` on a capturing stream is
+  ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates the capture (as
+  the H200's driver answers). ``cuThreadExchangeStreamCaptureMode`` takes an
+  unknown mode as it is (it prohibits as thread-local mode does).
 - ``cuStreamIsCapturing`` and ``cuStreamGetCaptureInfo`` report the status
   (none, active, invalidated); on the legacy stream while a blocking stream of
   the context captures they answer ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT``.
@@ -373,10 +377,10 @@ class SimCapture(SimGraphs):
             raise Status(ILLEGAL_STATE)
         if st is not cap.origin:
             raise Status(R.CUDA_ERROR_STREAM_CAPTURE_UNMATCHED)
-        if cap.mode != _RELAXED and cap.thread != threading.get_ident():
-            raise Status(R.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
         self._leave(cap)
         failure = INVALIDATED if cap.invalidated else None
+        if cap.mode != _RELAXED and cap.thread != threading.get_ident():
+            failure = R.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD  # refused, yet the capture ends (H200)
         if failure is None and self._unjoined(cap):
             failure = R.CUDA_ERROR_STREAM_CAPTURE_UNJOINED
         if failure is not None:
@@ -456,9 +460,7 @@ class SimCapture(SimGraphs):
 
     @api(1)
     def cuThreadExchangeStreamCaptureMode(self, mode: Any) -> tuple[Any, ...]:
-        value = int(mode)
-        if value not in _MODES:
-            raise Status(INVALID_VALUE)
+        value = int(mode)  # an unknown mode is taken as it is (H200)
         old = self._thread_mode()
         self._tls.capture_mode = value
         return (SUCCESS, cb.CUstreamCaptureMode(old))
@@ -549,8 +551,9 @@ class SimCapture(SimGraphs):
                 source.streams[st.key] = st
                 source.deps[st.key] = list(nodes)
                 return OK
-            if cap is not source:
+            if cap is not source:  # both captures are invalidated (H200)
                 self._invalidate(cap)
+                self._invalidate(source)
                 return (R.CUDA_ERROR_STREAM_CAPTURE_MERGE,)
             current = cap.deps.setdefault(st.key, [])
             current.extend(n for n in nodes if n not in current)
@@ -579,22 +582,12 @@ class SimCapture(SimGraphs):
         return super().cuGraphLaunch(hGraphExec, hStream)
 
     def _capture_graph_launch(self, cap: Capture, hGraphExec: Any, hStream: Any) -> tuple[Any, ...]:
-        """A graph launched into a capture: a child graph node holding the executable graph's steps in order."""
-        ex = self._exec(hGraphExec, "cuGraphLaunch")
+        """A graph launched into a capture: ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``, which invalidates the capture."""
+        self._exec(hGraphExec, "cuGraphLaunch")
         if cap.invalidated:
             return (INVALIDATED,)
-        child = self._new_graph("cuGraphLaunch", child=True)
-        previous: Node | None = None
-        for kind, spec in ex.steps:
-            node = Node(self._handle(), child, kind, spec)
-            child.nodes[node.handle] = node
-            self._nodes[node.handle] = node
-            if previous is not None:
-                self._link(previous, node)
-            previous = node
-        child.user_refs = self._retain_refs(ex.user_refs)
-        self._capture_node(cap, self._streams[h(hStream)], T.CU_GRAPH_NODE_TYPE_GRAPH, child)
-        return OK
+        self._invalidate(cap)  # not capturable on the H200's driver: the capture is invalidated
+        return (UNSUPPORTED,)
 
     def cuMemAllocAsync(self, bytesize: int, hStream: Any) -> tuple[Any, ...]:
         if self._open_captures:

@@ -428,8 +428,8 @@ class SimGraphs(SimCore):
     @api(1)
     def cuGraphClone(self, originalGraph: Any) -> tuple[Any, ...]:
         source = self._graph(originalGraph, "cuGraphClone")
-        if self._has_memory_nodes(source):
-            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)
+        if self._has_memory_nodes(source) or self._has_conditional_nodes(source):
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)  # CUDA's rule; conditional nodes seen refused on an H200
         clone = self._new_graph("cuGraphClone")
         self._clone_into(source, clone)
         clone.user_refs = self._retain_refs(source.user_refs)
@@ -659,6 +659,8 @@ class SimGraphs(SimCore):
             raise Status(INVALID_VALUE)
         if self._has_memory_nodes(source):
             raise Status(R.CUDA_ERROR_NOT_SUPPORTED)  # CUDA's rule, seen on an H200
+        if self._has_conditional_nodes(source):
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)  # CUDA's rule (the status is assumed to be the clone's)
         return self._add_node(graph, deps, T.CU_GRAPH_NODE_TYPE_GRAPH, self._child_copy(source))
 
     @api(1)
@@ -826,6 +828,11 @@ class SimGraphs(SimCore):
         """
         kinds = (T.CU_GRAPH_NODE_TYPE_MEM_ALLOC, T.CU_GRAPH_NODE_TYPE_MEM_FREE)
         return any(node.type in kinds for node in graph.nodes.values())
+
+    @staticmethod
+    def _has_conditional_nodes(graph: Graph) -> bool:
+        """CUDA clones no graph holding conditional nodes, nor takes one as a child graph."""
+        return any(node.type == T.CU_GRAPH_NODE_TYPE_CONDITIONAL for node in graph.nodes.values())
 
     # --- instantiation and launch ------------------------------------------------------------
 

@@ -130,8 +130,11 @@ class SimExecUpdates(SimGraphs):
         if node.graph.handle != ex.origin or span is None or node.type != T.CU_GRAPH_NODE_TYPE_GRAPH:
             raise Status(INVALID_VALUE)
         child = self._graph(childGraph, call)
-        if self._signature(child) != self._signature(node.spec) or self._has_memory_nodes(child):
-            raise Status(INVALID_VALUE)  # CUDA: the same topology as the original child graph
+        if self._has_memory_nodes(child):
+            raise Status(INVALID_VALUE)
+        if self._signature(child) != self._signature(node.spec):
+            # CUDA: the same topology as the original child graph (refused as an update failure on an H200)
+            raise Status(R.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE)
         steps: list[tuple[Any, Any]] = []
         self._flatten(child, steps)
         first, end = span
