@@ -740,10 +740,11 @@ def pool_host_numa(d: Any) -> Obs:
 
 @scenario
 def ipc_event_handle_context(d: Any) -> Obs:
-    """Which context cuIpcGetEventHandle needs current: another context, then the event's own.
+    """cuIpcGetEventHandle with the event's own context current, after another context was made.
 
-    With none current it is not asked: the H200's process died of SIGSEGV there (the simulator
-    raises SimulatedCrash; test_sim_pools checks it, and cuguard always asks in the event's context).
+    With no context current, and with another context current, it is not asked: the H200's
+    process died of SIGSEGV in both (the simulator raises SimulatedCrash, test_sim_pools checks
+    it; cuguard always asks in the event's context).
     """
     dev = ok(d.cuDeviceGet(0))
     primary = ok(d.cuDevicePrimaryCtxRetain(dev))
@@ -751,8 +752,7 @@ def ipc_event_handle_context(d: Any) -> Obs:
     ev = ok(d.cuEventCreate(2 | 4))
     _must(d.cuCtxSetCurrent(B.CUcontext(0)))
     out: Obs = []
-    other = ok(ctx_create(d, 0, dev))  # current now
-    out.append(name(d.cuIpcGetEventHandle(ev)[0]))
+    other = ok(ctx_create(d, 0, dev))  # current now; the event's context is made current before asking
     _must(d.cuCtxSetCurrent(primary))
     out.append(name(d.cuIpcGetEventHandle(ev)[0]))
     out.append(name(d.cuEventDestroy(ev)[0]))

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cb
 
+from cuguard.testing._bindings import ctx_create
 from cuguard.testing._sim import SimulatedCrash, SimulatedDriver, simulated_driver
 from cuguard.testing._sim.pools import POOL_GRANULE, POOL_MAX_SIZE_STEP
 
@@ -260,7 +261,7 @@ def test_shared_pool_round_trip_in_one_process(sim: SimulatedDriver) -> None:
     assert free == total  # the import's bytes were never counted as this device's
 
 
-def test_export_pointer_needs_a_shared_pool_and_a_reached_allocation(sim: SimulatedDriver) -> None:
+def test_export_pointer_needs_a_shared_pool(sim: SimulatedDriver) -> None:
     pool = _pool(sim, shareable=True)
     st = _stream(sim)
     err, ptr = sim.cuMemAllocFromPoolAsync(128, pool, st)
@@ -272,7 +273,7 @@ def test_export_pointer_needs_a_shared_pool_and_a_reached_allocation(sim: Simula
     os.close(fd)  # the pool stays shared
     err, pending = sim.cuMemAllocFromPoolAsync(128, pool, st)
     assert err == OK
-    assert sim.cuMemPoolExportPointer(pending) == (INVALID_VALUE, None)  # still in flight on its stream
+    assert sim.cuMemPoolExportPointer(pending)[0] == OK  # in flight on its stream: exported all the same (H200)
     assert sim.cuMemPoolExportPointer(ptr)[0] == OK
     assert sim.cuStreamSynchronize(st) == (OK,)
     assert sim.cuMemPoolExportPointer(pending)[0] == OK
@@ -298,9 +299,18 @@ def test_ipc_event_handle_with_no_context_current_crashes(sim: SimulatedDriver) 
         sim.cuIpcGetEventHandle(shared)
     assert info.value.call == "cuIpcGetEventHandle"
     assert [i.call for i in sim.misuse] == ["cuIpcGetEventHandle"]
+    sim.misuse.clear()
+    err, other = ctx_create(sim, 0, 0)  # another context of the device, current now: the same crash
+    assert err == OK
+    with pytest.raises(SimulatedCrash):
+        sim.cuIpcGetEventHandle(shared)
+    assert [i.call for i in sim.misuse] == ["cuIpcGetEventHandle"]
+    sim.misuse.clear()
     assert sim.cuCtxSetCurrent(ctx) == (OK,)
     assert sim.cuIpcGetEventHandle(shared)[0] == OK
     assert sim.cuEventDestroy(shared) == (OK,)
+    assert sim.cuCtxDestroy(other) == (OK,)
+    assert sim.cuCtxSetCurrent(ctx) == (OK,)
 
 
 def _child_maps(fd_holder: Any, data: bytes, conn: Any) -> None:

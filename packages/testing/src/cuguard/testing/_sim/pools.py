@@ -154,7 +154,6 @@ class SimPools(SimCore):
         self._ipc_events: dict[int, int] = {}  # exported event handle -> event handle (this process)
         self._process_tag = os.getpid()
         self._file_offsets: dict[int, int] = {}  # shareable pool allocation base -> its offset in the file
-        self._alloc_ops: dict[int, tuple[Any, int]] = {}  # pool allocation base -> (its stream, its work's number)
 
     # --- pools -------------------------------------------------------------------------------
 
@@ -413,11 +412,10 @@ class SimPools(SimCore):
         found.allocs.add(alloc.base)
         self._pool_of[alloc.base] = found
         try:
-            op = self._enqueue(st, "cuMemAllocFromPoolAsync", None)
+            self._enqueue(st, "cuMemAllocFromPoolAsync", None)
         except Status:
             self._release_alloc(alloc)  # the stream refused it (an invalidated capture...): nothing is left
             raise
-        self._alloc_ops[alloc.base] = (st, op)
         return (SUCCESS, cb.CUdeviceptr(alloc.base))
 
     def _forget_alloc(self, alloc: Alloc) -> None:
@@ -453,7 +451,6 @@ class SimPools(SimCore):
 
     def _release_alloc(self, alloc: Alloc) -> None:
         super()._release_alloc(alloc)
-        self._alloc_ops.pop(alloc.base, None)
         pool = self._pool_of.pop(alloc.base, None)
         if pool is not None:
             pool.used -= alloc.size
@@ -516,21 +513,8 @@ class SimPools(SimCore):
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
         if not pool.exported:
             raise Status(R.CUDA_ERROR_INVALID_VALUE)  # the pool itself was never shared (as an H200)
-        if self._allocation_pending(addr):
-            raise Status(R.CUDA_ERROR_INVALID_VALUE)  # its stream has not reached the allocation (assumed)
         payload = _PTR_MAGIC + pool.identity + struct.pack("<QQ", self._file_offsets[addr], alloc.size)
         return (SUCCESS, _fill_struct(cb.CUmemPoolPtrExportData(), payload.ljust(64, b"\0")))
-
-    def _allocation_pending(self, base: int) -> bool:
-        """Whether the stream-ordered allocation at ``base`` is still in flight on its stream."""
-        entry = self._alloc_ops.get(base)
-        if entry is None:
-            return False
-        st, seq = entry
-        if st.destroyed or not any(op.seq == seq for op in st.inflight):
-            del self._alloc_ops[base]  # reached: it stays reached
-            return False
-        return True
 
     @api(1)
     def cuMemPoolImportPointer(self, pool: Any, shareData: Any) -> tuple[Any, ...]:
@@ -574,11 +558,16 @@ class SimPools(SimCore):
 
     @api(1)
     def cuIpcGetEventHandle(self, event: Any) -> tuple[Any, ...]:
-        """The event's IPC handle; with no context current the real process dies (SIGSEGV on an H200)."""
-        if self._current() is None:
-            raise self._crash("cuIpcGetEventHandle", "no context current (the real process died with SIGSEGV)")
-        self._require_ctx()
+        """The event's IPC handle; unless the event's own context is current the real process dies.
+
+        An H200's process died with SIGSEGV both with no context current and with another
+        context of the same device current.
+        """
+        current = self._current()
         ev = self._event(event, "cuIpcGetEventHandle")
+        if current is None or current is not ev.ctx:
+            what = "no context" if current is None else "another context than the event's"
+            raise self._crash("cuIpcGetEventHandle", f"{what} current (the real process died with SIGSEGV)")
         if not ev.flags & _EVENT_INTERPROCESS:
             raise Status(R.CUDA_ERROR_INVALID_HANDLE)
         payload = _EVENT_MAGIC + struct.pack("<qQQ", self._process_tag, id(self), ev.handle)
