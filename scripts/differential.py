@@ -1868,7 +1868,12 @@ def _ended(d: Any, stream: Any) -> tuple[str, Any]:
 
 
 def _run_graph(d: Any, graph: Any, stream: Any) -> list[str]:
-    exe = ok(d.cuGraphInstantiate(graph, 0))
+    """Instantiate, launch and wait: the statuses (the instantiate's refusal alone when it refuses)."""
+    if graph is None:
+        return ["no graph"]
+    err, exe = d.cuGraphInstantiate(graph, 0)
+    if int(err):
+        return [f"instantiate: {name(err)}"]
     out = [name(d.cuGraphLaunch(exe, stream)[0]), name(d.cuStreamSynchronize(stream)[0])]
     d.cuGraphExecDestroy(exe)
     return out
@@ -2016,7 +2021,8 @@ def capture_fork_and_join_through_events(d: Any) -> Obs:
         host = bytearray(8)
         ok(d.cuMemcpyDtoH(host, p, 8))
         out.append(bytes(host).hex())
-        d.cuGraphDestroy(graph)
+        if graph is not None:
+            d.cuGraphDestroy(graph)
         for ev in (fork, join):
             d.cuEventDestroy(ev)
         d.cuMemFree(p)
@@ -2428,6 +2434,222 @@ def conditional_graph_clone_and_nested_bodies(d: Any) -> Obs:
         d.cuGraphDestroy(g)
         d.cuMemFree(p)
         d.cuStreamDestroy(s)
+    return out
+
+
+def _instantiate_status(d: Any, graph: Any) -> str:
+    err, exe = d.cuGraphInstantiate(graph, 0)
+    if not int(err):
+        d.cuGraphExecDestroy(exe)
+    return name(err)
+
+
+@scenario
+def conditional_nested_handle_by_graph(d: Any) -> Obs:
+    # A conditional node inside a body, with its handle made on the body graph, on the outer graph and
+    # on an unrelated graph; each graph instantiated and run (only the first two handles are used).
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(0))
+        p = ok(d.cuMemAlloc(4))
+        for where in ("body", "outer", "unrelated"):
+            g = ok(d.cuGraphCreate(0))
+            other = ok(d.cuGraphCreate(0))
+            outer = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, _ASSIGN_DEFAULT))
+            ok(d.cuMemsetD8(p, 0, 4))
+            status, _, bodies = _conditional(d, g, outer, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+            row: Obs = [where, status]
+            if bodies:
+                owner = {"body": bodies[0], "outer": g, "unrelated": other}[where]
+                inner = ok(d.cuGraphConditionalHandleCreate(owner, ctx, 1, _ASSIGN_DEFAULT))
+                status2, _, cases = _conditional(d, bodies[0], inner, _COND.CU_GRAPH_COND_TYPE_SWITCH, 2, ctx, [])
+                for i, case in enumerate(cases):
+                    _memset_node(d, case, [], p, 0x40 + i, 4, ctx)
+                row.append(status2)
+                if where == "outer" and int(d.cuGraphGetNodes(bodies[0], 0)[-1]) == 0:
+                    _memset_node(d, bodies[0], [], p, 0x50, 4, ctx)  # the unused inner handle stays
+                err, exe = d.cuGraphInstantiate(g, 0)
+                row.append(name(err))
+                if not int(err):
+                    row += _run_graph_exec(d, exe, s)
+                    row.append(_read(d, p, 4))
+                    d.cuGraphExecDestroy(exe)
+            out.append(row)
+            d.cuGraphDestroy(g)
+            d.cuGraphDestroy(other)
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
+def conditional_instantiate_shapes(d: Any) -> Obs:
+    # Which graphs with conditional nodes instantiate: an empty body, a node after empty nodes, two
+    # conditional nodes, a handle with no node, and a handle used by a node that was destroyed.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        p = ok(d.cuMemAlloc(4))
+
+        def build(shape: str) -> Obs:
+            g = ok(d.cuGraphCreate(0))
+            try:
+                a = ok(d.cuGraphAddEmptyNode(g, None, 0))
+                h1 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, _ASSIGN_DEFAULT))
+                deps = [a] if shape != "at_root" else []
+                status, node, bodies = _conditional(d, g, h1, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, deps)
+                if bodies and shape != "empty_body":
+                    _memset_node(d, bodies[0], [], p, 3, 4, ctx)
+                if shape == "two_nodes":
+                    h2 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, _ASSIGN_DEFAULT))
+                    _, _, more = _conditional(d, g, h2, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                    if more:
+                        _memset_node(d, more[0], [], p, 4, 4, ctx)
+                if shape == "two_nodes_one_empty":
+                    h2 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, _ASSIGN_DEFAULT))
+                    _conditional(d, g, h2, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                if shape == "spare_handle":
+                    ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, _ASSIGN_DEFAULT))
+                if shape == "destroyed_node" and node is not None:
+                    h3 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, _ASSIGN_DEFAULT))
+                    _, gone, _ = _conditional(d, g, h3, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                    if gone is not None:
+                        ok(d.cuGraphDestroyNode(gone))
+                return [shape, status, _instantiate_status(d, g)]
+            finally:
+                d.cuGraphDestroy(g)
+
+        for shape in ("at_root", "after_empty", "empty_body", "two_nodes", "two_nodes_one_empty",
+                      "spare_handle", "destroyed_node"):
+            out.append(build(shape))
+        d.cuMemFree(p)
+    return out
+
+
+@scenario
+def conditional_handle_needs_no_current_context(d: Any) -> Obs:
+    # cuGraphConditionalHandleCreate takes its context as an argument: asked with none current, and
+    # with another context current.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        g = ok(d.cuGraphCreate(0))
+        d.cuCtxSetCurrent(B.CUcontext(0))
+        err, _ = d.cuGraphConditionalHandleCreate(g, ctx, 0, 0)
+        out.append(["none current", name(err)])
+        other = ok(ctx_create(d, 0, ok(d.cuDeviceGet(0))))
+        err, _ = d.cuGraphConditionalHandleCreate(g, ctx, 0, 0)
+        out.append(["another current", name(err)])
+        d.cuCtxSetCurrent(B.CUcontext(0))
+        d.cuCtxDestroy(other)
+        d.cuCtxSetCurrent(ctx)
+        d.cuGraphDestroy(g)
+    return out
+
+
+@scenario
+def conditional_instantiate_by_current_context(d: Any) -> Obs:
+    # A graph with a conditional node (context A) instantiated with A current, with none current,
+    # with another context current, and with A made current just before (from none, from another);
+    # once with created contexts and once with A the device's primary context.
+    out: Obs = []
+    dev = ok(d.cuDeviceGet(0))
+    for kind in ("created", "primary"):
+        a = ok(ctx_create(d, 0, dev)) if kind == "created" else ok(d.cuDevicePrimaryCtxRetain(dev))
+        d.cuCtxSetCurrent(a)
+        b = ok(ctx_create(d, 0, dev))
+        d.cuCtxSetCurrent(a)
+        p = ok(d.cuMemAlloc(4))
+        g = ok(d.cuGraphCreate(0))
+        handle = ok(d.cuGraphConditionalHandleCreate(g, a, 1, _ASSIGN_DEFAULT))
+        _, _, bodies = _conditional(d, g, handle, _COND.CU_GRAPH_COND_TYPE_IF, 1, a, [])
+        for body in bodies:
+            _memset_node(d, body, [], p, 7, 4, a)
+        row: Obs = [kind]
+        for label, first, then in (
+            ("A", a, None),
+            ("none", B.CUcontext(0), None),
+            ("other", b, None),
+            ("none then A", B.CUcontext(0), a),
+            ("other then A", b, a),
+        ):
+            d.cuCtxSetCurrent(first)
+            if then is not None:
+                d.cuCtxSetCurrent(then)
+            err, exe = d.cuGraphInstantiate(g, 0)
+            row.append([label, name(err)])
+            if not int(err):
+                d.cuGraphExecDestroy(exe)
+        out.append(row)
+        d.cuCtxSetCurrent(a)
+        d.cuGraphDestroy(g)
+        d.cuMemFree(p)
+        d.cuCtxSetCurrent(B.CUcontext(0))
+        d.cuCtxDestroy(b)
+        if kind == "created":
+            d.cuCtxDestroy(a)
+        else:
+            d.cuDevicePrimaryCtxRelease(dev)
+        d.cuCtxSetCurrent(B.CUcontext(0))
+    return out
+
+
+def _add_conditional_at_tail(d: Any, s: Any, kind: Any, size: int, default: int, ctx: Any) -> tuple[Obs, list[Any]]:
+    """A conditional node after the capture's tail on ``s``; the capture continues from it."""
+    info = d.cuStreamGetCaptureInfo(s)
+    graph, deps, count = info[3], list(info[4] or []), int(info[-1])
+    handle = ok(d.cuGraphConditionalHandleCreate(graph, ctx, default, _ASSIGN_DEFAULT))
+    status, node, bodies = _conditional(d, graph, handle, kind, size, ctx, deps[:count])
+    out: Obs = [status]
+    if node is not None:
+        if BINDINGS_MAJOR >= 13:
+            upd = d.cuStreamUpdateCaptureDependencies(s, [node], None, 1, 1)
+        else:
+            upd = d.cuStreamUpdateCaptureDependencies(s, [node], 1, 1)
+        out.append(name(upd[0]))
+    return out, bodies
+
+
+@scenario
+def capture_conditional_bodies_captured(d: Any) -> Obs:
+    # Conditional nodes added during a capture (the handle made on the capture's graph), their bodies
+    # captured on other streams with cuStreamBeginCaptureToGraph; then the graph runs.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s, side = ok(d.cuStreamCreate(1)), ok(d.cuStreamCreate(1))
+        p = ok(d.cuMemAlloc(8))
+        ok(d.cuMemsetD8(p, 0, 8))
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        graph = None
+        try:
+            d.cuMemsetD8Async(p, 1, 8, s)
+            for kind, size, default, offset in (
+                (_COND.CU_GRAPH_COND_TYPE_IF, 2, 0, 0),
+                (_COND.CU_GRAPH_COND_TYPE_SWITCH, 3, 1, 4),
+            ):
+                row, bodies = _add_conditional_at_tail(d, s, kind, size, default, ctx)
+                for i, body in enumerate(bodies):
+                    err = d.cuStreamBeginCaptureToGraph(side, body, None, None, 0, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]
+                    row.append(name(err))
+                    d.cuMemsetD8Async(B.CUdeviceptr(int(p) + offset), 0x20 + 0x10 * size + i, 4, side)
+                    status, same = _ended(d, side)
+                    row += [status, same is not None and int(same) == int(body)]
+                    row.append(_node_kinds(d, body))
+                out.append(row)
+            d.cuMemsetD8Async(B.CUdeviceptr(int(p) + 7), 9, 1, s)
+            status, graph = _ended(d, s)
+        finally:
+            _end_quietly(d, s, side)
+        out += [status, _node_kinds(d, graph)]
+        if graph is not None:
+            err, exe = d.cuGraphInstantiate(graph, 0)
+            out.append(name(err))
+            if not int(err):
+                out += _run_graph_exec(d, exe, s)
+                d.cuGraphExecDestroy(exe)
+            d.cuGraphDestroy(graph)
+        out.append(_read(d, p, 8))
+        d.cuMemFree(p)
+        d.cuStreamDestroy(s)
+        d.cuStreamDestroy(side)
     return out
 
 
