@@ -2592,6 +2592,31 @@ def conditional_instantiate_by_current_context(d: Any) -> Obs:
     return out
 
 
+@scenario
+def conditional_nested_outer_handle_shapes(d: Any) -> Obs:
+    # An if node in a body with a handle of the outer graph: the handle made before or after the outer
+    # node, the body empty or holding a node already, the inner handle's default 0 or 1.
+    out: Obs = []
+    with Ctx(d) as ctx:
+        p = ok(d.cuMemAlloc(4))
+        for early in (True, False):
+            for filled in (False, True):
+                for default in (0, 1):
+                    g = ok(d.cuGraphCreate(0))
+                    inner = ok(d.cuGraphConditionalHandleCreate(g, ctx, default, _ASSIGN_DEFAULT)) if early else None
+                    outer = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, _ASSIGN_DEFAULT))
+                    _, _, bodies = _conditional(d, g, outer, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                    if inner is None:
+                        inner = ok(d.cuGraphConditionalHandleCreate(g, ctx, default, _ASSIGN_DEFAULT))
+                    if filled:
+                        _memset_node(d, bodies[0], [], p, 3, 4, ctx)
+                    status = _conditional(d, bodies[0], inner, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0]
+                    out.append([early, filled, default, status, _instantiate_status(d, g)])
+                    d.cuGraphDestroy(g)
+        d.cuMemFree(p)
+    return out
+
+
 def _add_conditional_at_tail(d: Any, s: Any, kind: Any, size: int, default: int, ctx: Any) -> tuple[Obs, list[Any]]:
     """A conditional node after the capture's tail on ``s``; the capture continues from it."""
     info = d.cuStreamGetCaptureInfo(s)
