@@ -34,8 +34,9 @@ from cuguard.errors import (
     report_error,
     wrong_kind,
 )
-from cuguard.graphs import _lifetime
+from cuguard.graphs import _compat, _conditional, _lifetime
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
+from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
 from cuguard.resources import Buffer, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, launch
@@ -130,6 +131,30 @@ def _abandon_capture(handle: Any) -> tuple[Any, str]:
     return err, "cuGraphDestroy"
 
 
+class _Capture:
+    """One capture begun by a builder: the conditions made during it, and the definition it became."""
+
+    __slots__ = ("builder", "conditions", "definition", "ended")
+
+    def __init__(self, builder: GraphBuilder) -> None:
+        self.builder = builder
+        self.conditions: list[GraphCondition] = []
+        self.definition: GraphDefinition | None = None
+        self.ended = False
+
+    def _check_open(self) -> None:
+        """Refuse use of a condition whose graph is gone (what a condition checks of its owner)."""
+        if self.definition is not None:
+            self.definition._check_open()
+        elif self.ended:
+            raise ResourceClosedError(f"the capture of {self.builder!r} ended without a graph: its conditions are gone")
+        else:
+            self.builder._check_open()
+
+    def __repr__(self) -> str:
+        return f"<capture of {self.builder!r}>"
+
+
 class GraphBuilder(_Collected):
     """Builds a graph definition by capturing the work queued on a stream (cuda.core's ``GraphBuilder``).
 
@@ -157,16 +182,21 @@ class GraphBuilder(_Collected):
 
     __slots__ = (
         "__weakref__",
+        "_bodies",
+        "_body",
         "_building",
+        "_capture",
         "_closed",
         "_context",
         "_definition",
         "_driver",
         "_events",
+        "_filled",
         "_forks",
         "_joined",
         "_mode",
         "_owners",
+        "_parent",
         "_root",
         "_stream",
     )
@@ -185,6 +215,13 @@ class GraphBuilder(_Collected):
     _joined: bool
     _owners: dict[int, object]
     _definition: GraphDefinition | None
+    _capture: _Capture | None  # the capture this root began last
+    # A body builder (of a conditional node added during a capture): the root builder of that capture,
+    # the capture, and the body graph (CUDA's, owned by the node). None for other builders.
+    _parent: GraphBuilder | None
+    _body: Any
+    _filled: bool  # a body builder's capture was added to its body
+    _bodies: list[weakref.ref[GraphBuilder]]  # a root's body builders
 
     def __init__(self, stream: Stream, *, mode: str = "global") -> None:
         if not isinstance(stream, Stream):
@@ -204,6 +241,11 @@ class GraphBuilder(_Collected):
         self._joined = False
         self._owners = {}
         self._definition = None
+        self._capture = None
+        self._parent = None
+        self._body = None
+        self._filled = False
+        self._bodies = []
         self._building = root is not None
         self._closed = False
 
@@ -246,6 +288,8 @@ class GraphBuilder(_Collected):
         unaffected).
         """
         self._check_open()
+        if self._parent is not None:
+            raise RuntimeError(f"{self!r} captures a conditional body: its work is part of {self._parent!r}'s capture")
         if self._definition is None:
             raise RuntimeError(f"{self!r} has no graph definition yet: call end_building() first")
         return self._definition
@@ -286,6 +330,15 @@ class GraphBuilder(_Collected):
             self._check_open()
         return (0, int(self._stream.handle))
 
+    def _as_cuguard_stream(self) -> Stream:
+        """The captured :class:`~cuguard.resources.Stream` itself, for cuguard's layers (no driver call).
+
+        Raises ``ResourceClosedError`` as ``__cuda_stream__`` does.
+        """
+        if self._closed or self._driver is not driver_token():
+            self._check_open()
+        return self._stream
+
     # --- begin and end ---
 
     def begin_building(self, mode: str | None = None) -> GraphBuilder:
@@ -304,6 +357,10 @@ class GraphBuilder(_Collected):
         if self._building:
             raise RuntimeError(f"{self!r} is building already: call end_building() first")
         value = _mode_value(mode if mode is not None else self._mode)
+        if self._parent is not None:
+            self._check_parent("begin building")
+            if self._filled:
+                raise RuntimeError(f"{self!r} captured its body already: a body is captured once")
         handle = self._stream.handle
         (err,) = driver.cuStreamBeginCapture(handle, _types().CUstreamCaptureMode(value))
         if err:
@@ -311,8 +368,16 @@ class GraphBuilder(_Collected):
         if mode is not None:
             self._mode = mode
         self._owners = {}
+        self._capture = _Capture(self)
         self._building = True
         return self
+
+    def _check_parent(self, action: str) -> None:
+        """A body builder needs the capture that made its conditional node to go on (``RuntimeError``)."""
+        parent = self._parent
+        assert parent is not None
+        if parent._capture is None or parent._capture.ended or not parent._building:
+            raise RuntimeError(f"{self!r} cannot {action}: the capture of its conditional node has ended")
 
     def end_building(self) -> GraphBuilder:
         """End the capture (``cuStreamEndCapture``) and adopt its graph as :attr:`definition`; return the builder.
@@ -343,6 +408,12 @@ class GraphBuilder(_Collected):
             raise RuntimeError(f"{self!r} is a fork: end_building() belongs to the builder that began the capture")
         if not self._building:
             raise RuntimeError(f"{self!r} is not building: call begin_building() first")
+        for ref in self._bodies:
+            body = ref()
+            if body is not None and body._building:
+                raise RuntimeError(f"{self!r} cannot end its capture while {body!r} is building: end the body first")
+        if self._parent is not None:
+            self._check_parent("end building")
         handle = self._stream.handle
         err, graph = _end_capture(handle)
         if err:
@@ -353,17 +424,51 @@ class GraphBuilder(_Collected):
                     self._finish(exc)
                 raise
         owners = self._owners
+        capture = self._capture
         failure = self._finish(None)
         if failure is not None:  # a fork's stream or event could not be closed: make nothing (G1)
             (undo,) = driver.cuGraphDestroy(graph)
             if undo:
                 add_failure_note(failure, undo, "cuGraphDestroy", graph)
             raise failure
+        if self._parent is not None:
+            self._fill_body(graph, owners)
+            return self
         definition = GraphDefinition._adopt(graph, self._context, owners, 0)  # destroys the graph if it raises
+        if capture is not None and capture.conditions:
+            capture.definition = definition
+            for cond in capture.conditions:
+                definition._add_condition(cond)
         previous, self._definition = self._definition, definition
         if previous is not None:
             _close_into(previous, None)
         return self
+
+    def _fill_body(self, graph: Any, owners: dict[int, object]) -> None:
+        """Put a body builder's captured ``graph`` into its body (a child graph node); destroy ``graph``.
+
+        The capture ran into a graph of its own: a capture into an existing graph
+        that is invalidated takes that graph with it (seen on an H200), and a body
+        belongs to its node. When adding the node fails, the body stays as it was
+        and the error is raised; the builder may capture again.
+        """
+        parent = self._parent
+        assert parent is not None
+        err, _node = driver.cuGraphAddChildGraphNode(self._body, None, 0, graph)
+        (destroy_err,) = driver.cuGraphDestroy(graph)  # the node holds its own copy
+        if err:
+            try:
+                raise_status(err, "cuGraphAddChildGraphNode")
+            except CUDAError as exc:
+                if destroy_err:
+                    add_failure_note(exc, destroy_err, "cuGraphDestroy", graph)
+                raise
+        if destroy_err:
+            report(destroy_err, "cuGraphDestroy", graph, "a captured body's own graph was leaked")
+        self._filled = True
+        table = parent._owners
+        for key, owner in owners.items():
+            table.setdefault(key, owner)  # the capture's definition keeps what the body uses alive (G5)
 
     def _abandon_capture(self) -> tuple[Any, str]:
         """End this root's capture and destroy its graph (``(status, call)`` of a failure, status 0 when none).
@@ -409,10 +514,37 @@ class GraphBuilder(_Collected):
         """
         self._building = False
         self._owners = {}
+        if self._capture is not None:
+            self._capture.ended = True
         forks, self._forks = self._forks, []
         events, self._events = self._events, []
+        bodies, self._bodies = self._bodies, []
         first = exc
         resources: list[Stream | Event] = []
+        for ref in bodies:  # the capture of their conditional nodes ended: they end with it
+            body = ref()
+            if body is None or body._closed:
+                continue
+            body._closed = True
+            if body._building:
+                failure: CUDAError | None = None
+                err, call = body._abandon_capture()
+                if err:
+                    try:
+                        raise_status(err, call)
+                    except CUDAError as raised:
+                        failure = raised
+                if warn:
+                    if failure is not None:
+                        report_error(failure, body._stream._handle, "the body's capture was leaked")
+                    body._finish(None, warn=True)
+                else:
+                    if failure is not None and first is not None:
+                        add_failure_note(first, failure)
+                    elif failure is not None:
+                        first = failure
+                    first = body._finish(first) or first
+            resources.append(body._stream)
         for ref, stream in forks:
             fork = ref()
             if fork is not None and fork is not self:
@@ -436,6 +568,8 @@ class GraphBuilder(_Collected):
         self._check_open()
         if self._root is not None:
             raise RuntimeError(f"{self!r} is a fork: complete() belongs to the builder that began the capture")
+        if self._parent is not None:
+            raise RuntimeError(f"{self!r} captures a conditional body: complete the builder that began the capture")
         if self._building:
             raise RuntimeError(f"{self!r} is still building: call end_building() first")
         return self.definition.instantiate()
@@ -497,6 +631,7 @@ class GraphBuilder(_Collected):
         if not callable(fn):
             raise TypeError(f"a host callback must be callable, not {type(fn).__name__}")
         self._check_capturing("capture a callback")
+        self._not_in_body("host-callback")
         entry = _lifetime.HostCallback(fn)
         types = _types()
         params = types.CUDA_HOST_NODE_PARAMS()
@@ -516,14 +651,8 @@ class GraphBuilder(_Collected):
         the capture: a node cannot be removed from a graph being captured.
         """
         stream = self._stream.handle
-        info = driver.cuStreamGetCaptureInfo(stream)
-        err = info[0]
-        if err:
-            raise_status(err, "cuStreamGetCaptureInfo")
-        if int(info[1]) != 1:
-            raise CUDAError(_types().CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo")
-        graph, deps, count = info[3], list(info[4] or []), int(info[-1])
-        err, node = add(graph, deps[:count], count)
+        graph, deps = self._capture_tail()
+        err, node = add(graph, deps, len(deps))
         if err:
             raise_status(err, call)
         self._retain(owners)  # the node exists now, whatever follows (G5)
@@ -570,6 +699,136 @@ class GraphBuilder(_Collected):
             "cuGraphAddChildGraphNode",
             list(definition._owners.values()),
         )
+
+    # --- conditional nodes ---
+
+    def _not_in_body(self, kind: str) -> None:
+        if self._root_builder()._parent is not None:
+            raise ValueError(f"{self!r} captures a conditional body: CUDA does not allow {kind} nodes there")
+
+    def create_condition(self, default: int | None = None) -> GraphCondition:
+        """A condition handle of the graph being captured (``cuGraphConditionalHandleCreate``).
+
+        For :meth:`if_then`, :meth:`if_else`, :meth:`while_loop` and
+        :meth:`switch` of this capture (this builder or its forks); ``default``
+        as in :meth:`GraphDefinition.create_condition`. Once the capture ends
+        the condition belongs to :attr:`definition`; a capture that ends
+        without a graph takes it along (its use then raises
+        ``ResourceClosedError``). Each condition needs its conditional node
+        before the definition is instantiated (a CUDA rule, checked by
+        ``instantiate``). Raises ``TypeError``/``ValueError`` for a bad
+        ``default``, ``RuntimeError`` when not building and ``ValueError`` in a
+        body builder (cuguard captures bodies into child graphs, which CUDA
+        does not allow to hold conditional nodes: nest conditionals in a
+        :class:`~cuguard.graphs.GraphDefinition` instead), all before the
+        driver; :class:`~cuguard.errors.CUDAError` if the driver refuses
+        (nothing is made: CUDA frees handles with their graph).
+        """
+        default = _conditional.check_default(default)
+        self._check_capturing("create a condition")
+        self._not_in_body("conditional")
+        capture = self._root_builder()._capture
+        assert capture is not None  # set while building
+        graph, _ = self._capture_tail()
+        cond = _conditional.new_condition(graph, self._context, default, capture)
+        capture.conditions.append(cond)
+        return cond
+
+    def if_then(self, condition: GraphCondition) -> GraphBuilder:
+        """Capture an if node after the work so far; return the builder of its body (cuda.core's ``if_cond``).
+
+        The body runs when ``condition`` (of :meth:`create_condition`) is
+        non-zero. The returned builder captures on a stream of its own: call
+        its :meth:`begin_building`, queue the body's work through it (it is a
+        stream), then its :meth:`end_building`, all before this capture ends
+        (:meth:`end_building` refuses while a body is building). The body
+        holds what was captured as a child graph node. Work captured next here
+        follows the conditional node. Bodies take what CUDA allows there:
+        kernels, copies, fills, child graphs (no host callbacks, events or
+        memory nodes: the driver refuses them at the body's end, and
+        :meth:`callback` refuses before).
+
+        Steps: ``cuStreamCreate`` per body, then as :meth:`embed`
+        (``cuStreamGetCaptureInfo``, ``cuGraphAddNode``,
+        ``cuStreamUpdateCaptureDependencies``); when the last step fails the
+        whole capture is abandoned as for :meth:`embed`. On an earlier failure
+        :class:`~cuguard.errors.CUDAError` is raised and nothing is left (the
+        streams are destroyed again). Raises ``TypeError`` for another kind of
+        ``condition``, ``ValueError`` for a condition of another capture or one
+        used by a node already, ``RuntimeError`` when not building, before the
+        driver.
+        """
+        return self._conditional("if", condition, 1)[0]
+
+    def if_else(self, condition: GraphCondition) -> tuple[GraphBuilder, GraphBuilder]:
+        """Capture an if-else node; return the builders of its two bodies (then, else).
+
+        Arguments, steps and failures as in :meth:`if_then`.
+        """
+        then, other = self._conditional("if", condition, 2)
+        return then, other
+
+    def while_loop(self, condition: GraphCondition) -> GraphBuilder:
+        """Capture a while node (its body runs while ``condition`` is non-zero); return its body's builder.
+
+        A kernel in the body must set the condition to 0 to end the loop.
+        Arguments, steps and failures as in :meth:`if_then`.
+        """
+        return self._conditional("while", condition, 1)[0]
+
+    def switch(self, condition: GraphCondition, count: int) -> tuple[GraphBuilder, ...]:
+        """Capture a switch node with ``count`` bodies (body ``n`` runs when ``condition`` is ``n``).
+
+        Returns the bodies' builders. ``count`` must be an int of 1 or more
+        (``TypeError``/``ValueError`` before the driver); otherwise as
+        :meth:`if_then`.
+        """
+        return self._conditional("switch", condition, _conditional.conditional_size(count))
+
+    def _conditional(self, kind: str, condition: object, size: int) -> tuple[GraphBuilder, ...]:
+        if not isinstance(condition, GraphCondition):
+            raise wrong_kind("condition", "a GraphCondition", condition)
+        self._check_capturing("capture a conditional node")
+        self._not_in_body("conditional")
+        root = self._root_builder()
+        capture = root._capture
+        if capture is None or condition._graph is not capture:
+            raise ValueError(f"{condition!r} was not made by this capture's create_condition()")
+        capture._check_open()
+        _conditional.check_unused(condition)
+        context, device = self._context, self._stream._device
+        params = _conditional.node_params(kind, condition, size, context)
+        streams: list[Stream] = []
+        try:
+            for _ in range(size):
+                streams.append(Stream._make(call_in(context, _create_stream, _destroy_stream), context, device))
+            self._add_at_tail(
+                lambda graph, deps, count: _compat.add_node(graph, deps, count, params), "cuGraphAddNode", []
+            )
+        except BaseException as exc:
+            for stream in streams:
+                _close_noting(stream, exc)
+            raise
+        condition._node = _conditional.CAPTURED
+        made: list[GraphBuilder] = []
+        for stream, body in zip(streams, list(params.conditional.phGraph_out)[:size], strict=True):
+            builder = object.__new__(GraphBuilder)
+            builder._setup(stream, self._mode, None)
+            builder._parent = root
+            builder._body = body
+            root._bodies.append(weakref.ref(builder))  # its stream is closed when this capture ends
+            made.append(builder)
+        return tuple(made)
+
+    def _capture_tail(self) -> tuple[Any, list[Any]]:
+        """``(graph, dependencies)`` of the capture on this builder's stream (``cuStreamGetCaptureInfo``)."""
+        info = driver.cuStreamGetCaptureInfo(self._stream.handle)
+        err = info[0]
+        if err:
+            raise_status(err, "cuStreamGetCaptureInfo")
+        if int(info[1]) != 1:
+            raise CUDAError(_types().CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo")
+        return info[3], list(info[4] or [])[: int(info[-1])]
 
     # --- forks ---
 
@@ -704,6 +963,8 @@ class GraphBuilder(_Collected):
         failure = self._finish(first)
         if first is None:
             first = failure
+        if self._parent is not None:  # a body builder's stream is its own
+            first = _close_noting(self._stream, first)
         definition, self._definition = self._definition, None
         if definition is not None:
             try:
@@ -740,6 +1001,8 @@ class GraphBuilder(_Collected):
                 if err:
                     report(err, call, self._stream._handle, "the capture's graph was leaked")
             self._finish(None, warn=True)
+            if self._parent is not None:  # a body builder's stream is its own
+                _close_into(self._stream, None)
         except CUDAError as exc:
             report_error(exc, self._stream._handle, "what the builder made was leaked")
         self._definition = None  # collected by itself

@@ -19,15 +19,15 @@ closed, the body refuses use (``ResourceClosedError``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from cuguard.context import Context, call_in
+from cuguard.context import Context
 from cuguard.errors import ResourceClosedError, Unique, driver, format_handle, raise_status, refuse_construction
 from cuguard.errors import driver_token as _driver_token
 from cuguard.graphs import _compat
 from cuguard.graphs._common import _types
 from cuguard.graphs._definition import GraphDefinition
-from cuguard.graphs._nodes import Node
+from cuguard.graphs._nodes import _DESTROYED, Node
 
 if TYPE_CHECKING:
     from cuguard.graphs._executable import Graph
@@ -36,6 +36,8 @@ __all__ = ["ConditionalBody", "GraphCondition"]
 
 _ASSIGN_DEFAULT = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
 _MAX_VALUE = 0xFFFFFFFF
+#: What a condition's ``_node`` holds once a conditional node added during a capture uses it.
+CAPTURED: Final = "captured"
 
 
 class GraphCondition(Unique):
@@ -47,16 +49,21 @@ class GraphCondition(Unique):
     with ``launch.driver.set_conditional(handle, value)``. ``default`` is the
     value each launch assigns before any node runs, or ``None`` (then the value
     persists between launches; CUDA leaves it undefined at the first launch).
-    CUDA frees the handle with its graph; a handle no conditional node uses may
-    make instantiation fail (a CUDA rule).
+    CUDA frees the handle with its graph. A condition belongs to one
+    conditional node (a second is refused with ``ValueError``), and CUDA
+    refuses to instantiate a graph holding a condition no live node uses:
+    :meth:`GraphDefinition.instantiate` raises ``ValueError`` for it first.
+    A condition made by :meth:`GraphBuilder.create_condition` belongs to that
+    capture and, once it ended, to the definition it became.
     """
 
-    __slots__ = ("_default", "_graph", "_handle", "_int")
+    __slots__ = ("_default", "_graph", "_handle", "_int", "_node")
 
-    _graph: GraphDefinition
+    _graph: Any  # the GraphDefinition (or body) it was created in, or the capture that made it
     _handle: Any
     _int: int
     _default: int | None
+    _node: object  # the node that uses it (a Node, or CAPTURED for a captured node), or None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(GraphCondition, "GraphDefinition.create_condition()")
@@ -80,8 +87,26 @@ class GraphCondition(Unique):
 
     @property
     def graph(self) -> GraphDefinition:
-        """The definition (or body) the handle was created in."""
-        return self._graph
+        """The definition (or body) the handle was created in.
+
+        For a condition a :class:`GraphBuilder` made, the definition its capture
+        became; ``RuntimeError`` while that capture goes on (or when it ended
+        without a graph).
+        """
+        owner = self._graph
+        if isinstance(owner, GraphDefinition):
+            return owner
+        definition: GraphDefinition | None = owner.definition
+        if definition is None:
+            raise RuntimeError(f"{self!r} belongs to a capture that has not made a definition")
+        return definition
+
+    def _used(self) -> bool:
+        """Whether a live conditional node uses the condition (a captured node always counts)."""
+        node = self._node
+        if node is None:
+            return False
+        return node is CAPTURED or not isinstance(node, Node) or node._state != _DESTROYED
 
     def __repr__(self) -> str:
         default = "" if self._default is None else f" default={self._default}"
@@ -149,6 +174,8 @@ class ConditionalBody(GraphDefinition):
         root = self._owner_root
         if self in root._bodies:
             root._bodies.remove(self)
+        if root._conditions:  # CUDA destroyed the conditions made in the body with it
+            root._conditions = [cond for cond in root._conditions if cond._graph is not self]
 
     def _refuse(self, what: str) -> NoReturn:
         raise TypeError(f"{self!r} cannot {what}: it is part of its conditional node's definition")
@@ -207,31 +234,84 @@ def _condition_context(definition: GraphDefinition) -> Context:
     return context
 
 
-def create_condition(definition: GraphDefinition, default: int | None) -> GraphCondition:
-    """A new condition handle of ``definition``; see :meth:`GraphDefinition.create_condition`."""
-    definition._check_open()
+def check_default(default: object) -> int | None:
+    """``default`` checked: an int of 0..2**32-1 or None (``TypeError``/``ValueError`` otherwise)."""
     if default is not None and (isinstance(default, bool) or not isinstance(default, int)):
         raise TypeError(f"default must be an int or None, not {type(default).__name__}")
     if default is not None and not 0 <= default <= _MAX_VALUE:
         raise ValueError(f"default must be 0..{_MAX_VALUE} (a 32-bit unsigned value), not {default}")
-    context = _condition_context(definition)
-    graph = definition._handle
+    return default
+
+
+def new_condition(graph: Any, context: Context, default: int | None, owner: object) -> GraphCondition:
+    """``cuGraphConditionalHandleCreate`` on ``graph`` for ``context``, recorded as belonging to ``owner``.
+
+    The context is an argument of the call: none needs to be current (the H200
+    created handles with no context and with another one current), so no switch
+    is made and nothing can be left half done.
+    """
     flags = 0 if default is None else _ASSIGN_DEFAULT
-
-    def create() -> Any:
-        err, handle = driver.cuGraphConditionalHandleCreate(graph, context.handle, default or 0, flags)
-        if err:
-            raise_status(err, "cuGraphConditionalHandleCreate")
-        return handle
-
-    # Nothing to undo if the caller's context cannot be restored: CUDA frees handles with their graph.
-    handle = call_in(context, create, None)
+    err, handle = driver.cuGraphConditionalHandleCreate(graph, context.handle, default or 0, flags)
+    if err:
+        raise_status(err, "cuGraphConditionalHandleCreate")
     cond = object.__new__(GraphCondition)
-    cond._graph = definition
+    cond._graph = owner
     cond._handle = handle
     cond._int = int(handle)
     cond._default = default
+    cond._node = None
     return cond
+
+
+def create_condition(definition: GraphDefinition, default: int | None) -> GraphCondition:
+    """A new condition handle of ``definition``; see :meth:`GraphDefinition.create_condition`."""
+    definition._check_open()
+    default = check_default(default)
+    context = _condition_context(definition)
+    cond = new_condition(definition._handle, context, default, definition)
+    definition._root()._add_condition(cond)
+    return cond
+
+
+def check_instantiable(definition: GraphDefinition) -> None:
+    """Refuse, before the driver, what CUDA refuses to instantiate in a graph with conditions.
+
+    A condition no live node uses (``ValueError``: ``CUDA_ERROR_INVALID_VALUE``
+    from the driver), and a second executable graph while one made from this
+    definition lives (``RuntimeError``: the H200 answers ``CUDA_ERROR_NOT_SUPPORTED``).
+    """
+    unused = [cond for cond in definition._conditions or () if not cond._used()]
+    if unused:
+        names = ", ".join(repr(cond) for cond in unused)
+        raise ValueError(
+            f"{definition!r} cannot be instantiated: no live conditional node uses {names} "
+            "(CUDA refuses a graph holding an unused condition; give each one a node)"
+        )
+    for ref in definition._executables or ():
+        graph = ref()
+        if graph is not None and not graph._closed:
+            raise RuntimeError(
+                f"{definition!r} holds conditional nodes and {graph!r} made from it is still open: "
+                "CUDA allows one executable graph of such a graph at a time (close it first)"
+            )
+
+
+def node_params(kind: str, condition: GraphCondition, size: int, context: Context) -> Any:
+    """The ``CUgraphNodeParams`` of a conditional node of ``kind`` with ``size`` bodies."""
+    types = _types()
+    params = types.CUgraphNodeParams()
+    params.type = types.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = condition._handle
+    params.conditional.type = getattr(types.CUgraphConditionalNodeType, _TYPES[kind])
+    params.conditional.size = size
+    params.conditional.ctx = context.handle
+    return params
+
+
+def check_unused(condition: GraphCondition) -> None:
+    """``ValueError`` when a live conditional node already uses ``condition`` (one node per handle: a CUDA rule)."""
+    if condition._used():
+        raise ValueError(f"{condition!r} is used by a conditional node already: a condition belongs to one node")
 
 
 _TYPES = {"if": "CU_GRAPH_COND_TYPE_IF", "while": "CU_GRAPH_COND_TYPE_WHILE", "switch": "CU_GRAPH_COND_TYPE_SWITCH"}
@@ -256,18 +336,21 @@ def add_conditional(
     if holder is None:
         raise ValueError(f"{condition!r} belongs to {condition._graph!r}, not to {definition!r} or a graph holding it")
     condition._graph._check_open()
+    check_unused(condition)
     context = _condition_context(definition)
-    types = _types()
-    params = types.CUgraphNodeParams()
-    params.type = types.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
-    params.conditional.handle = condition._handle
-    params.conditional.type = getattr(types.CUgraphConditionalNodeType, _TYPES[kind])
-    params.conditional.size = size
-    params.conditional.ctx = context.handle
+    params = node_params(kind, condition, size, context)
     info: dict[str, Any] = {"condition": condition, "kind": kind, "branches": ()}
-    node = definition._add(
-        "conditional", deps, _compat.add_node, "cuGraphAddNode", params, info=info, context=context, run_in=context
-    )
+    try:
+        node = definition._add(
+            "conditional", deps, _compat.add_node, "cuGraphAddNode", params, info=info, context=context, run_in=context
+        )
+    except BaseException:
+        # A node the driver made but could not remove again stays in the definition: it uses the condition.
+        for left in definition._nodes.values():
+            if left._info is info:
+                condition._node = left
+        raise
+    condition._node = node
     # The driver filled phGraph_out (read only now: before success it points nowhere).
     handles = list(params.conditional.phGraph_out)[:size]
     root = definition._root()

@@ -8,6 +8,7 @@ Arguments are validated before any driver call (E3).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -136,8 +137,10 @@ class GraphDefinition(_Collected):
         "__weakref__",
         "_bodies",
         "_closed",
+        "_conditions",
         "_context",
         "_driver",
+        "_executables",
         "_found",
         "_fresh",
         "_handle",
@@ -165,6 +168,11 @@ class GraphDefinition(_Collected):
     _shared: bool  # whether an executable graph reads this very payload (see _privatize)
     _uobj: Any  # the payload's user object while attached
     _bodies: list[Any]  # the bodies of its conditional nodes, nested ones included
+    # Conditions made in it and its bodies, and (once it has some) weak references to the executable
+    # graphs made from it: CUDA instantiates a graph with conditions once at a time, all of them used.
+    # Both are None until the first condition.
+    _conditions: list[GraphCondition] | None
+    _executables: list[weakref.ref[Graph]] | None
     _next_order: int
     _found: dict[int, Node]
     _source: int
@@ -204,6 +212,8 @@ class GraphDefinition(_Collected):
         self._shared = False
         self._uobj = None
         self._bodies = []
+        self._conditions = None
+        self._executables = None
         self._next_order = next_order
         self._found = {}
         self._source = 0
@@ -1050,12 +1060,20 @@ class GraphDefinition(_Collected):
         ``ResourceClosedError`` before the driver when a module or event a node
         uses was closed (the driver would read it: on an H200, instantiating an
         event node of a destroyed event killed the process), or when a node
-        uses an object whose context was destroyed.
+        uses an object whose context was destroyed. With conditional nodes,
+        CUDA's two rules are checked first: every condition made in the
+        definition (and its bodies) must be used by a live conditional node
+        (``ValueError`` naming the unused ones), and only one executable graph
+        of the definition may be open at a time (``RuntimeError``).
         """
         if self._closed or self._driver is not driver_token():
             self._check_open()  # raises
         if self._owners:
             _check_owners(self, self._owners, "instantiated")
+        if self._conditions:
+            from cuguard.graphs import _conditional
+
+            _conditional.check_instantiable(self)
         kinds, edges, _ = self._signature()
         # The executable graph inherits the payload's user object: it keeps what later
         # updates bring alive too (see Graph.update), so a definition without owners gets one now.
@@ -1082,7 +1100,17 @@ class GraphDefinition(_Collected):
                 self._detach(fresh, exc)
             raise
         self._shared = True  # the executable graph holds the payload's user object too
-        return Graph._make(handle, context, self._owners, (kinds, edges), self)
+        graph = Graph._make(handle, context, self._owners, (kinds, edges), self)
+        if self._conditions:
+            self._executables = [ref for ref in self._executables or () if ref() is not None]
+            self._executables.append(weakref.ref(graph))
+        return graph
+
+    def _add_condition(self, condition: GraphCondition) -> None:
+        """Record a condition made in this definition or one of its bodies (see :meth:`instantiate`)."""
+        if self._conditions is None:
+            self._conditions = []
+        self._conditions.append(condition)
 
     def close(self) -> None:
         """Destroy the graph now (``cuGraphDestroy``). Idempotent.
