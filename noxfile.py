@@ -26,7 +26,10 @@ Sessions
 - ``build``: builds the sdist and wheel of every package and of the meta-package in
   isolation (dependencies from the index, never from the tree), then
   ``.ci/check_dists.py`` checks the built metadata against the tree.
-- ``sweep``: the failure-point sweep (contract B5), ``scripts/sweep``.
+- ``sweep``: the failure-point sweep (contract B5), ``scripts/sweep``, on a fixed seeded
+  sample (:data:`SWEEP_SAMPLE`: every operation's fault-free run, one failure point of every
+  operation in every failure mode, the rest at random; a few minutes on 2 cores);
+  ``nox -s sweep -- --full`` runs every case (several times longer).
 - ``misuse``: the misuse sweep (contract B6) on the simulated driver: its package
   test, then ``scripts/misuse`` with a fixed, derandomized budget (about a minute;
   ``-- --examples 1000 --seed 7`` for a longer seeded run).
@@ -101,6 +104,9 @@ COMPILER_LIBRARIES = {
     12: ["nvidia-cuda-nvrtc-cu12>=12.9,<13", "nvidia-nvjitlink-cu12>=12.9,<13"],
     13: ["nvidia-cuda-nvrtc>=13,<14", "nvidia-nvjitlink>=13,<14"],
 }
+# The failure-point sweep's sample in `nox -s sweep` (`-- --full` runs every case): the runner picks one
+# failure point of every operation and failure mode first (about 1,400 pairs), the rest at random.
+SWEEP_SAMPLE = ["--sample", "2000"]
 # The misuse sweep's budget in `nox -s misuse` (examples x steps; well under 3 minutes on 2 cores).
 MISUSE_BUDGET = ["--examples", "150", "--steps", "50"]
 
@@ -327,21 +333,25 @@ def differential(session: nox.Session, bindings: int) -> None:
 
 @nox.session
 def sweep(session: nox.Session) -> None:
-    """The failure-point sweep (contract B5) on the simulated driver: every case, one table per layer.
+    """The failure-point sweep (contract B5) on the simulated driver, one table per layer.
 
-    Runs ``scripts/sweep`` (its cases in one process per CPU core); the JSON goes to the
-    session's tmp directory. Arguments after ``--`` go to the sweep (``-- --sample 500`` for a
-    seeded sample, ``-- --full`` for every case, the default; ``-- --match Stream`` for some
-    operations). Fails on any violation.
+    First the registry's coverage tests (every public callable is swept or listed), then
+    ``scripts/sweep`` (its cases in one process per CPU core) with :data:`SWEEP_SAMPLE`, a fixed
+    seeded sample; the JSON goes to the session's tmp directory. Arguments after ``--`` go to the
+    sweep, after the sample: ``-- --full`` for every case, ``-- --sample 500 --seed 3`` for another
+    sample, ``-- --match Stream`` for some operations (every case of them when there are fewer
+    than the sample). Fails on any violation.
     """
     wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
     _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
-    # The registry covers every public callable of every layer (its test fails otherwise).
-    session.run("pytest", "-q", str(BY_LAYER["testing"].path / "tests" / "test_sweep.py"))
+    # The registry covers every public callable of every layer (its test fails otherwise); the
+    # sweep's other tests run in the testing package's sessions.
+    tests = BY_LAYER["testing"].path / "tests" / "test_sweep.py"
+    session.run("pytest", "-q", str(tests), "-k", "every_public_callable or registry_names")
     tmp = Path(session.create_tmp()).resolve()
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "sweep-sim.json"
-    args = list(session.posargs)
+    args = [*SWEEP_SAMPLE, *session.posargs]
     if "--json" not in args:
         args += ["--json", str(out)]
     session.run("python", str(ROOT / "scripts" / "sweep"), "--quiet", *args)

@@ -71,7 +71,9 @@ def test_registry_names_are_unique_and_listed_callables_exist() -> None:
     "match", ["resources.Device.create_stream", "resources.Buffer.close", "context.call_in", "Stream.__del__"]
 )
 def test_sweep_of_an_operation_finds_no_violation(match: str) -> None:
-    result = run_sweep(match=match)
+    # A seeded sample (every operation in every failure mode at least once); `nox -s sweep -- --full`
+    # runs every case of every operation.
+    result = run_sweep(match=match, sample=60, seed=1)
     assert result.scenarios
     assert sum(s.cases for s in result.scenarios) > 0
     assert not result.violations, "\n".join(str(v) for v in result.violations)
@@ -114,12 +116,35 @@ def test_sampling_is_seeded() -> None:
     write_json(a, Path("/dev/null"))
 
 
+def test_a_sample_fails_every_operation_in_every_mode_first() -> None:
+    # One operation with a thousand failure points in one mode, another with one point in another
+    # mode: a sample of two holds both (a uniform sample would almost never pick the second).
+    from cuguard.testing._sweep.registry import Scenario, dev_only
+    from cuguard.testing._sweep.runner import _stratified_sample
+
+    def body(env: object, s: object) -> None:
+        pass
+
+    big = Scenario("resources.big", "resources", (), dev_only, body)
+    small = Scenario("resources.small", "resources", (), dev_only, body)
+    cases = [(big, "none", "OUT_OF_MEMORY", k, []) for k in range(1, 1001)]
+    cases += [(small, "none", "STICKY", 1, [])]
+    for seed in range(5):
+        assert _stratified_sample(cases, 2, seed)[-1] == 1000
+        picked = _stratified_sample(cases, 10, seed)
+        assert len(set(picked)) == 10
+        assert picked == sorted(picked)
+        assert 1000 in picked
+    assert _stratified_sample(cases, 10, 3) == _stratified_sample(cases, 10, 3)
+
+
 @pytest.mark.contract("B5")
 def test_cases_run_in_several_processes_as_in_one() -> None:
     # Every case runs once whichever process runs it: the same counts, the same (no) violations.
-    one = run_sweep(match="Device.create_", jobs=1)
-    two = run_sweep(match="Device.create_", jobs=2)
+    one = run_sweep(match="Device.create_", sample=60, seed=2, jobs=1)
+    two = run_sweep(match="Device.create_", sample=60, seed=2, jobs=2)
     assert len(one.scenarios) > 1
+    assert all(s.cases for s in one.scenarios)  # every scenario has cases: both processes get some
     assert {s.name: (s.cases, s.calls) for s in two.scenarios} == {s.name: (s.cases, s.calls) for s in one.scenarios}
     assert [str(v) for v in two.violations] == [str(v) for v in one.violations]
     with pytest.raises(ValueError, match="jobs"):

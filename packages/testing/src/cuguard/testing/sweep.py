@@ -46,9 +46,10 @@ DEFAULT_SEED = 20240607
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: run the sweep, print the table, write JSON; exit 1 on any violation.
 
-    The full sweep on the simulator takes well under two minutes on two cores, so it is
-    the default (``--full`` says so explicitly); ``--sample N`` runs N cases picked with
-    ``--seed`` instead (every operation's fault-free run always runs).
+    The full sweep is the default (``--full`` says so explicitly; on the simulator several
+    minutes on two cores); ``--sample N`` runs N cases picked with ``--seed`` instead (every
+    operation's fault-free run always runs, and one failure point of every operation in every
+    failure mode comes first: ``nox -s sweep`` runs such a sample).
     """
     parser = argparse.ArgumentParser(prog="sweep", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--driver", choices=("sim", "real"), default="sim")

@@ -591,6 +591,27 @@ def _check(  # noqa: PLR0917
 # --- the sweep ------------------------------------------------------------------------------------
 
 
+def _stratified_sample(
+    cases: list[tuple[Scenario, str, str, int, list[DriverCall]]], sample: int, seed: int
+) -> list[int]:
+    """The indices (in order) of ``sample`` of ``cases``, picked with ``seed``.
+
+    One failure point of every operation and failure mode comes first (so a sample at least as
+    large as the number of those pairs fails every operation in every mode); the rest of the
+    sample is picked uniformly among the other cases. A smaller sample picks among those pairs.
+    """
+    rng = random.Random(seed)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, (scn, _ctx_mode, mode, _k, _calls) in enumerate(cases):
+        groups.setdefault((scn.name, mode), []).append(i)
+    first = [rng.choice(indices) for indices in groups.values()]
+    if sample <= len(first):
+        return sorted(rng.sample(first, sample))
+    chosen = set(first)
+    rest = [i for i in range(len(cases)) if i not in chosen]
+    return sorted(first + rng.sample(rest, sample - len(first)))
+
+
 def run_sweep(
     *,
     driver: str = "sim",
@@ -607,8 +628,9 @@ def run_sweep(
 
     ``driver`` is ``"sim"`` (a fresh simulated driver per case) or ``"real"``
     (the real driver through the fault proxy and a safety net). ``sample``
-    runs that many cases chosen with ``seed`` (every baseline always runs);
-    ``None`` runs them all. ``match`` keeps the scenarios whose name contains it.
+    runs that many cases chosen with ``seed`` (every baseline always runs, and
+    one failure point of every operation and failure mode first when ``sample`` is large
+    enough: :func:`_stratified_sample`); ``None`` runs them all. ``match`` keeps the scenarios whose name contains it.
     ``jobs`` above 1 runs the cases of the simulated driver in that many
     processes, whole scenarios each (the real driver's cases always run in
     this process, one after the other); the result is the same as with one.
@@ -636,8 +658,7 @@ def run_sweep(
                     cases.extend((scn, ctx_mode, mode, k, outcome.calls) for k in _points(mode, outcome.calls))
         total = len(cases)
         if sample is not None and sample < total:
-            picked = sorted(random.Random(seed).sample(range(total), sample))
-            cases = [cases[i] for i in picked]
+            cases = [cases[i] for i in _stratified_sample(cases, sample, seed)]
         if jobs > 1 and driver == "sim" and scenarios is None and len(cases) > 1:
             for name, count, found in _run_in_processes(cases, jobs, progress):
                 results[name].cases += count
