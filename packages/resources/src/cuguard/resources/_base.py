@@ -28,6 +28,7 @@ from cuguard.errors import (
     Unique,
     add_failure_note,
     defer,
+    driver,
     format_handle,
     in_driver_callback,
     refuse_construction,
@@ -36,6 +37,40 @@ from cuguard.errors import (
 )
 
 __all__ = ["Resource"]
+
+
+_relaxed_mode: list[Any] = []  # CU_STREAM_CAPTURE_MODE_RELAXED, made on first use
+_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[Any, str]:
+    """``step(handle)`` with the calling thread in relaxed capture mode; its own mode restored after.
+
+    A collection may run while some thread captures a stream into a graph: in
+    the thread's default (global) mode the free's potentially unsafe calls
+    (``cuMemFree``, ``cuMemFreeHost``, ``cuCtxSynchronize``) would fail with
+    ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidate that capture, a
+    live object the collection must not disturb (O6). A thread in relaxed
+    mode is never prohibited (``cuThreadExchangeStreamCaptureMode``, one call
+    each way, thread-local). If the exchange is refused, ``step`` is not run
+    and the refusal is returned (the caller leaks and reports, W5); if
+    restoring the mode is refused, that is reported and the thread keeps
+    relaxed mode (as C3 keeps the cleanup's context).
+    """
+    if not _relaxed_mode:
+        from cuda.bindings import driver as types
+
+        _relaxed_mode.append(types.CUstreamCaptureMode(_RELAXED))
+    err, old = driver.cuThreadExchangeStreamCaptureMode(_relaxed_mode[0])
+    if err:
+        return err, "cuThreadExchangeStreamCaptureMode"
+    try:
+        return step(handle)
+    finally:
+        if int(old) != _RELAXED:
+            (err, _) = driver.cuThreadExchangeStreamCaptureMode(old)
+            if err:
+                report(err, "cuThreadExchangeStreamCaptureMode", handle, "the thread stays in relaxed capture mode")
 
 
 class Resource(Unique):
@@ -53,6 +88,10 @@ class Resource(Unique):
     # other resource this class attribute answers, with no per-object cost.
     _release_deferred: bool = False
     _factory: ClassVar[str] = "the methods of Device (create_stream, create_event, allocate, ...)"
+    # Memory's release may make calls that a stream capture prohibits (cuMemFree, cuMemFreeHost,
+    # cuCtxSynchronize): a collection of it runs them with the thread in relaxed capture mode, so
+    # that it never invalidates a capture in progress (O6). Explicit close() makes them as asked.
+    _capture_unsafe_release: ClassVar[bool] = False
     _handle: Any
     _context: Context
     _closed: bool
@@ -117,7 +156,9 @@ class Resource(Unique):
         inside the switch, so that a failed restore of the caller's context
         afterwards becomes a note on it instead of hiding it (C2, G4).
         Collection: the switch reports instead of raising (C3); a failed switch
-        leaks the object and says which one (W1, W2).
+        leaks the object and says which one (W1, W2). For memory
+        (``_capture_unsafe_release``) the step runs with the thread in relaxed
+        capture mode (:func:`_unprohibited`).
         """
         if raising:
 
@@ -128,7 +169,11 @@ class Resource(Unique):
                 return status, call
 
             return call_in(self._context, release, None, self._handle)
-        result = cleanup_in(self._context, step, self._handle, resource=(self._what, self._handle))
+        resource = (self._what, self._handle)
+        if self._capture_unsafe_release:
+            result = cleanup_in(self._context, _unprohibited, step, self._handle, resource=resource)
+        else:
+            result = cleanup_in(self._context, step, self._handle, resource=resource)
         return result if result is not None else (0, "")
 
     def _context_gone(self) -> None:

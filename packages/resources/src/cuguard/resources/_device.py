@@ -14,7 +14,14 @@ from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
 from cuguard.resources._properties import DeviceProperties
-from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, driver_types
+from cuguard.resources._stream import (
+    Event,
+    Stream,
+    _event_destroy,
+    as_stream,
+    driver_types,
+    refuse_capturing_allocation,
+)
 
 __all__ = ["Device", "MemoryInfo"]
 
@@ -431,9 +438,14 @@ class Device:
         With ``stream`` (a stream of this device; another device's stream
         raises ``ValueError``) the allocation is stream-ordered on it, and the
         buffer will be freed on that stream (W5); it needs no context switch.
-        Otherwise it is synchronous (``size`` 0 is then refused by the
-        driver). Raises :class:`~cuguard.errors.CUDAError` if the driver
-        refuses; nothing is allocated then.
+        A ``stream`` being captured into a graph raises ``RuntimeError``
+        before the allocator is asked, as the memory pools do (the memory
+        would be graph memory, out of the buffer's reach; checked with one
+        ``cuStreamIsCapturing``): allocate before the capture begins, or use
+        ``GraphDefinition.allocate()``. Otherwise it is synchronous (``size``
+        0 is then refused by the driver). Raises
+        :class:`~cuguard.errors.CUDAError` if the driver refuses; nothing is
+        allocated then.
         """
         context = self._context
         if context is None:
@@ -452,6 +464,7 @@ class Device:
             if stream._closed or context._closed or stream._context._closed:
                 stream._check_open()
                 raise context._refusal()
+            refuse_capturing_allocation(stream)  # graph memory would be out of the buffer's reach
             fp = _fp
             if fp is not None:
                 err, ptr = fp.mem_alloc_async(size, stream._handle)  # compiled: the status back, raised here

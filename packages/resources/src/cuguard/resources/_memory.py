@@ -137,6 +137,7 @@ class Buffer(Resource):
     __slots__ = ("_device", "_graph_used", "_lender", "_mr", "_mr_data", "_release_deferred", "_size", "_stream")
     _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "device memory"
+    _capture_unsafe_release = True  # a collection frees it in relaxed capture mode (O6, _base)
     _factory = "Device.allocate()"
     _device: int
     _size: int
@@ -455,9 +456,13 @@ class Buffer(Resource):
 
         ``src`` is a :class:`Buffer`, a :class:`PinnedBuffer` or a host object
         with the buffer protocol (a NumPy array...), of exactly ``size`` bytes.
-        With ``stream`` the copy is queued on it (host memory must then stay
-        unchanged until the stream reaches it); without, it completes before
-        returning. Raises ``ValueError`` on a size mismatch.
+        With ``stream`` (a :class:`Stream`, any ``__cuda_stream__`` object, or
+        a ``GraphBuilder``: its stream) the copy is queued on it (host memory
+        must then stay unchanged until the stream reaches it); without, it
+        completes before returning. Raises ``ValueError`` on a size mismatch
+        and :class:`~cuguard.errors.CUDAError` when the driver refuses the copy
+        (on a stream whose capture was invalidated:
+        ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``); nothing is queued then.
         """
         if (
             type(stream) is Stream
@@ -669,6 +674,7 @@ class PinnedBuffer(Resource):
     __slots__ = ("_graph_used", "_mr", "_mr_data", "_release_deferred", "_size", "_views")
     _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "pinned host memory"
+    _capture_unsafe_release = True  # a collection frees it in relaxed capture mode (O6, _base)
     _factory = "Device.allocate_pinned()"
     _size: int
     _views: list[weakref.ref[Any]]

@@ -19,7 +19,7 @@ from cuguard.resources._ipc import IPCAllocationHandle
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._memres import MemoryResource, stream_argument
-from cuguard.resources._stream import Stream, driver_types
+from cuguard.resources._stream import Stream, driver_types, refuse_capturing_allocation
 
 __all__ = [
     "DeviceMemoryResource",
@@ -351,15 +351,7 @@ class _PoolResource(MemoryResource[Any], Resource):
         del handle
         if stream is not None:
             stream._check_open()
-            err, capturing = driver.cuStreamIsCapturing(stream._handle)
-            if err:
-                raise_status(err, "cuStreamIsCapturing")
-            if int(capturing) == 1:  # CU_STREAM_CAPTURE_STATUS_ACTIVE
-                raise RuntimeError(
-                    f"{stream!r} is being captured into a graph: an allocation there would be graph memory, "
-                    "which exists only while the graph runs; allocate before the capture begins, or use "
-                    "GraphDefinition.allocate()"
-                )
+            refuse_capturing_allocation(stream)
         return size, stream
 
     def _allocate_ptr(self, size: int, stream: Stream | None) -> Any:

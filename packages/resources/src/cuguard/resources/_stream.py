@@ -27,7 +27,7 @@ from cuguard.resources._fast import follow_fastpath
 if TYPE_CHECKING:
     from cuguard.resources._ipc import IPCEventDescriptor
 
-__all__ = ["Event", "Stream", "as_stream"]
+__all__ = ["Event", "Stream", "as_stream", "refuse_capturing_allocation"]
 
 
 # --- host callbacks ------------------------------------------------------------------
@@ -337,6 +337,27 @@ class Stream(Resource):
 _CAPTURE_ACTIVE = 1
 
 
+def refuse_capturing_allocation(stream: Stream) -> None:
+    """Refuse a stream-ordered allocation on ``stream`` while it is being captured into a graph.
+
+    Such an allocation would be graph memory, which exists only while the
+    graph runs, and a buffer freed outside the graph cannot reach it. One
+    ``cuStreamIsCapturing``: ``RuntimeError`` when the capture is active (a
+    refusal of the query itself is :class:`~cuguard.errors.CUDAError`);
+    nothing reaches the allocator then. Shared by every allocation that takes
+    a stream (``Device.allocate``, the memory pools).
+    """
+    err, capturing = driver.cuStreamIsCapturing(stream._handle)
+    if err:
+        raise_status(err, "cuStreamIsCapturing")
+    if int(capturing) == _CAPTURE_ACTIVE:
+        raise RuntimeError(
+            f"{stream!r} is being captured into a graph: an allocation there would be graph memory, "
+            "which exists only while the graph runs; allocate before the capture begins, or use "
+            "GraphDefinition.allocate()"
+        )
+
+
 # --- events ------------------------------------------------------------------------
 
 
@@ -530,16 +551,28 @@ _STREAM_KIND = "a Stream (or an object with __cuda_stream__)"
 def as_stream(value: Any, param: str = "stream", *, kind: str = _STREAM_KIND) -> Stream:
     """``value`` as a :class:`Stream`: a Stream itself, or any object with ``__cuda_stream__`` (E3).
 
-    A foreign stream (CuPy's, PyTorch's, cuda.core's...) is wrapped without
-    being owned, in the context the driver says it belongs to
-    (``cuStreamGetCtx``), so closing or collecting the wrapper never destroys
-    it; the wrapper keeps ``value`` alive. Anything else raises ``TypeError``
-    naming ``param`` and ``kind`` (what the parameter takes); a malformed
-    ``__cuda_stream__`` result raises ``TypeError`` too, and a driver refusal
-    :class:`~cuguard.errors.CUDAError`.
+    A stream-like object of cuguard's own (a class with a
+    ``_as_cuguard_stream()`` method, such as ``cuguard.graphs.GraphBuilder``)
+    gives its :class:`Stream` with no driver call; its refusal (a closed
+    builder: ``ResourceClosedError``) propagates. A foreign stream (CuPy's,
+    PyTorch's, cuda.core's...) is wrapped without being owned, in the context
+    the driver says it belongs to (``cuStreamGetCtx``), so closing or
+    collecting the wrapper never destroys it; the wrapper keeps ``value``
+    alive. Anything else raises ``TypeError`` naming ``param`` and ``kind``
+    (what the parameter takes); a malformed ``__cuda_stream__`` result raises
+    ``TypeError`` too, and a driver refusal :class:`~cuguard.errors.CUDAError`.
     """
     if isinstance(value, Stream):
         return value
+    own = getattr(type(value), "_as_cuguard_stream", None)
+    if own is not None:  # a stream-like of a layer above (layering: never imported here)
+        stream = own(value)
+        if not isinstance(stream, Stream):
+            raise RuntimeError(
+                f"internal cuguard error, please report: {type(value).__name__}._as_cuguard_stream() "
+                f"returned {type(stream).__name__}, not a Stream"
+            )
+        return stream
     if getattr(type(value), "__cuda_stream__", None) is None:
         raise wrong_kind(param, kind, value)
     handle = driver_types().CUstream(_stream_address(value, param, kind))

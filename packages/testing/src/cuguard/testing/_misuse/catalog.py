@@ -285,6 +285,8 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         lambda d, size, stream: d.allocate(size, stream),
         sizes,
         _p("stream", STREAM, "Stream", optional=True),
+        # documented: a stream being captured is refused, as by the pools (graph memory)
+        extra_errors=(RuntimeError,),
         weight=4,
     )
     add("Device.allocate_pinned", "Device", lambda d, size: d.allocate_pinned(size), sizes, weight=2)
