@@ -314,7 +314,7 @@ def test_ending_from_another_thread_needs_relaxed_mode(drv: SimulatedDriver) -> 
 
 
 @pytest.mark.contract("B2")
-def test_capture_into_an_existing_graph_keeps_the_graph_on_invalidation(drv: SimulatedDriver) -> None:
+def test_an_invalidated_capture_into_an_existing_graph_destroys_the_graph(drv: SimulatedDriver) -> None:
     stream, ptr = _stream(drv), _alloc(drv)
     _, graph = drv.cuGraphCreate(0)
     _, root = drv.cuGraphAddEmptyNode(graph, None, 0)
@@ -327,10 +327,46 @@ def test_capture_into_an_existing_graph_keeps_the_graph_on_invalidation(drv: Sim
     drv.cuStreamBeginCaptureToGraph(stream, graph, None, None, 0, GLOBAL)
     drv.cuStreamSynchronize(stream)
     assert drv.cuStreamEndCapture(stream) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
-    assert drv.cuGraphGetNodes(graph, 0)[-1] == 2  # the user's graph stays
-    assert drv.cuGraphDestroy(graph) == (OK,)
+    # The H200's driver destroyed the user's graph: listing it and destroying it are refused.
+    assert drv.cuGraphGetNodes(graph, 0)[0] == R.CUDA_ERROR_INVALID_VALUE
+    assert drv.cuGraphDestroy(graph) == (R.CUDA_ERROR_INVALID_VALUE,)
+    assert [u.call for u in drv.double_release] == ["cuGraphDestroy"]
+    assert not [o for o in drv.live_objects() if o.kind == "graph"]  # nothing left to leak
+    drv.use_after_release.clear()
+    drv.double_release.clear()
     drv.cuMemFree(ptr)
     drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+def test_work_captured_into_conditional_bodies_runs_when_the_graph_does(drv: SimulatedDriver) -> None:
+    # As on an H200: a body filled by cuStreamBeginCaptureToGraph runs its captured work when the
+    # conditional node picks it (here: the else body of an if node whose condition defaults to 0).
+    stream, side, ptr = _stream(drv), _stream(drv), _alloc(drv)
+    _, ctx = drv.cuCtxGetCurrent()
+    drv.write(ptr, bytes(8))
+    _, graph = drv.cuGraphCreate(0)
+    _, handle = drv.cuGraphConditionalHandleCreate(graph, ctx, 0, 1)
+    params = cb.CUgraphNodeParams()
+    params.type = cb.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = handle
+    params.conditional.type = cb.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_IF
+    params.conditional.size = 2
+    params.conditional.ctx = ctx
+    if EDGE_DATA:
+        assert drv.cuGraphAddNode(graph, None, None, 0, params)[0] == OK
+    else:
+        assert drv.cuGraphAddNode(graph, None, 0, params)[0] == OK  # type: ignore[call-arg]
+    for i, body in enumerate(params.conditional.phGraph_out):
+        assert drv.cuStreamBeginCaptureToGraph(side, body, None, None, 0, GLOBAL) == (OK,)
+        drv.cuMemsetD8Async(ptr, 0x10 + i, 8, side)
+        assert drv.cuStreamEndCapture(side)[0] == OK
+    _run(drv, graph, stream)
+    assert drv.read(ptr, 8) == b"\x11" * 8
+    drv.cuGraphDestroy(graph)
+    drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(stream)
+    drv.cuStreamDestroy(side)
 
 
 @pytest.mark.contract("B2")

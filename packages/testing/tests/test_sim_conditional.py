@@ -113,6 +113,59 @@ def test_a_node_takes_any_live_handle_in_the_handles_context(drv: SimulatedDrive
 
 
 @pytest.mark.contract("B2")
+def test_a_node_in_a_body_takes_handles_of_the_body_or_a_graph_holding_it_only(drv: SimulatedDriver) -> None:
+    # As the H200's driver answered: in a body, a handle of an unrelated graph is refused (at the top
+    # level any live graph's handle is taken); handles of the body and of the enclosing graphs are taken.
+    ctx = drv.ctx  # type: ignore[attr-defined]
+    _, graph = drv.cuGraphCreate(0)
+    _, unrelated = drv.cuGraphCreate(0)
+    _, outer = drv.cuGraphConditionalHandleCreate(graph, ctx, 1, 1)
+    _, _, params = _add(drv, graph, outer, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)
+    (body,) = params.conditional.phGraph_out
+    _, theirs = drv.cuGraphConditionalHandleCreate(unrelated, ctx, 1, 1)
+    assert _add(drv, body, theirs, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)[0] == INVALID
+    assert drv.cuGraphGetNodes(body, 0)[-1] == 0
+    _, of_body = drv.cuGraphConditionalHandleCreate(body, ctx, 1, 1)
+    err, _, inner = _add(drv, body, of_body, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)
+    assert err == OK
+    (nested,) = inner.conditional.phGraph_out
+    # Two levels down: the root's handle is still one of a graph holding the body.
+    _, of_root = drv.cuGraphConditionalHandleCreate(graph, ctx, 1, 1)
+    assert _add(drv, nested, of_root, C.CU_GRAPH_COND_TYPE_WHILE, 1, ctx)[0] == OK
+    assert _add(drv, nested, theirs, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)[0] == INVALID
+    drv.cuGraphDestroy(graph)
+    drv.cuGraphDestroy(unrelated)
+
+
+@pytest.mark.contract("B2")
+@pytest.mark.parametrize("shape", ["never_used", "node_destroyed", "in_a_body"])
+def test_instantiate_refuses_a_handle_no_live_node_uses(drv: SimulatedDriver, shape: str) -> None:
+    # The H200's driver refused (CUDA_ERROR_INVALID_VALUE) a graph holding a handle made and never used,
+    # and one whose conditional node was destroyed; handles made on bodies are held to the same rule.
+    ctx = drv.ctx  # type: ignore[attr-defined]
+    _, graph = drv.cuGraphCreate(0)
+    _, handle = drv.cuGraphConditionalHandleCreate(graph, ctx, 1, 1)
+    _, _, params = _add(drv, graph, handle, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)
+    (body,) = params.conditional.phGraph_out
+    _, elsewhere = drv.cuGraphCreate(0)
+    drv.cuGraphConditionalHandleCreate(elsewhere, ctx, 0, 0)  # not in the tree: no matter
+    err, exe = drv.cuGraphInstantiate(graph, 0)
+    assert err == OK
+    drv.cuGraphExecDestroy(exe)
+    if shape == "never_used":
+        drv.cuGraphConditionalHandleCreate(graph, ctx, 0, 0)
+    elif shape == "node_destroyed":
+        _, spare = drv.cuGraphConditionalHandleCreate(graph, ctx, 0, 0)
+        _, node, _ = _add(drv, graph, spare, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)
+        assert drv.cuGraphDestroyNode(node) == (OK,)
+    else:
+        drv.cuGraphConditionalHandleCreate(body, ctx, 0, 0)
+    assert drv.cuGraphInstantiate(graph, 0) == (INVALID, None)
+    drv.cuGraphDestroy(graph)
+    drv.cuGraphDestroy(elsewhere)
+
+
+@pytest.mark.contract("B2")
 def test_graphs_with_conditional_nodes_are_neither_cloned_nor_embedded(drv: SimulatedDriver) -> None:
     _, graph = drv.cuGraphCreate(0)
     _, parent = drv.cuGraphCreate(0)

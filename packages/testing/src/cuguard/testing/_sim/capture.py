@@ -42,9 +42,13 @@ Rules (documented in the CUDA driver API unless marked assumed):
   call are invalidated (assumed).
 - ``cuStreamEndCapture`` on the stream that began the capture ends it for
   every stream taking part and returns the graph. An invalidated capture
-  returns ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`` and no graph (a new graph
-  is destroyed by the driver); a stream forked into the capture whose last
-  work is not an ancestor of the origin stream's dependencies makes it
+  returns ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`` and no graph: the driver
+  destroys the graph, a new one and, as the H200's driver does, an existing
+  graph given to ``cuStreamBeginCaptureToGraph`` too (later calls on it,
+  ``cuGraphDestroy`` included, answer ``CUDA_ERROR_INVALID_VALUE``; a
+  conditional body or child graph captured into is kept, not observed); a
+  stream forked into the capture whose last work is not an ancestor of the
+  origin stream's dependencies makes it
   ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``, also ending the capture with no
   graph (assumed). Other failures leave the capture as it was (assumed):
   ``CUDA_ERROR_ILLEGAL_STATE`` on a stream that is not capturing,
@@ -305,8 +309,9 @@ class SimCapture(SimGraphs):
         super()._launch_step(st, kind, spec)
 
     def _step_refs(self, steps: list[tuple[Any, Any]]) -> frozenset[int]:
-        refs = set(super()._step_refs([(k, s) for k, s in steps if not isinstance(s, CapturedWork)]))
-        for _, spec in steps:
+        # Captured work anywhere in the steps, a conditional body's included (captured into a body graph).
+        refs = set(super()._step_refs(steps))
+        for _, spec in self._expanded(steps):
             if isinstance(spec, CapturedWork):
                 for base in spec.refs:
                     alloc = self._dev_find(base) if base >= DEVICE_BASE else self._host_allocs.get(base)
@@ -385,6 +390,10 @@ class SimCapture(SimGraphs):
             failure = R.CUDA_ERROR_STREAM_CAPTURE_UNJOINED
         if failure is not None:
             if not cap.to_graph:
+                self._destroy_graph(cap.graph)
+            elif failure == INVALIDATED and not cap.graph.child:
+                # The H200's driver destroys the user's graph an invalidated capture was recording into:
+                # later calls on it answer CUDA_ERROR_INVALID_VALUE (cuGraphDestroy included).
                 self._destroy_graph(cap.graph)
             raise Status(failure)
         if not cap.to_graph:

@@ -2,18 +2,25 @@
 
 ``cuGraphConditionalHandleCreate`` makes a condition handle of a graph, with a
 default value that each launch assigns when ``CU_GRAPH_COND_ASSIGN_DEFAULT`` is
-set. ``cuGraphAddNode`` with a ``CU_GRAPH_NODE_TYPE_CONDITIONAL`` node (any live
-handle, of any graph, as the H200's driver takes it; the handle's context) makes the
-node and its body graphs (``phGraph_out``, owned by the node), which are filled
-with the ordinary node functions. When an executable graph runs, a conditional
+set. ``cuGraphAddNode`` with a ``CU_GRAPH_NODE_TYPE_CONDITIONAL`` node (the
+handle's context) makes the node and its body graphs (``phGraph_out``, owned by
+the node), which are filled with the ordinary node functions, or by capture
+(``cuStreamBeginCaptureToGraph`` into a body). Which handles a node takes, as
+the H200's driver answered: outside a body, a live handle of any graph; in a
+body, a handle of that body or of a graph holding it (its node's graph, and so
+on up), and ``CUDA_ERROR_INVALID_VALUE`` for a handle of any other graph.
+``cuGraphInstantiate`` refuses with ``CUDA_ERROR_INVALID_VALUE`` a graph where a
+handle made on it or on one of its bodies (recursively) is used by no live
+conditional node of that tree, one made and never used as well as one whose
+node was destroyed (seen on an H200 for handles of the graph instantiated; the
+rule's reach into bodies and child graphs is assumed). When an executable graph runs, a conditional
 node evaluates its handle's value at the point the stream reaches it and runs
 its bodies' steps in order, inline: ``if`` runs body 0 when the value is
 non-zero (and body 1, if there is one, when it is zero), ``while`` runs body 0
 as long as the value is non-zero (checked before each iteration), ``switch``
 runs body ``n`` for the value ``n`` (none when the value is past the last).
 Graphs holding conditional nodes can neither be cloned nor become child graphs
-(``CUDA_ERROR_NOT_SUPPORTED``). Not simulated yet: CUDA refuses to instantiate a
-graph with a handle that none of its conditional nodes uses.
+(``CUDA_ERROR_NOT_SUPPORTED``).
 
 Kernels set a condition as ``cudaGraphSetConditional`` does on a GPU: a stand-in
 calls :meth:`SimConditional.set_conditional` with the handle it was passed.
@@ -86,6 +93,7 @@ class SimConditional(SimGraphs):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._conditions: dict[int, Condition] = {}
+        self._graph_conditions: dict[int, list[Condition]] = {}  # graph handle -> the handles made on it
         self._parents: dict[int, Graph] = {}  # body graph handle -> the graph holding its node
         self._inline = threading.local()
 
@@ -102,6 +110,7 @@ class SimConditional(SimGraphs):
         cond = Condition(self._handle(), graph, context, int(defaultLaunchValue) & 0xFFFFFFFF, int(flags))
         cond.value = cond.default if cond.flags & _ASSIGN_DEFAULT else 0
         self._conditions[cond.handle] = cond
+        self._graph_conditions.setdefault(graph.handle, []).append(cond)
         return (SUCCESS, cb.CUgraphConditionalHandle(cond.handle))
 
     def set_conditional(self, handle: int, value: int) -> None:
@@ -137,6 +146,8 @@ class SimConditional(SimGraphs):
             raise Status(INVALID_VALUE)
         if h(p.ctx) != cond.ctx.handle:
             raise Status(INVALID_VALUE)  # CUDA: the node's context is the handle's
+        if graph.handle in self._parents and cond.graph not in self._enclosing(graph):
+            raise Status(INVALID_VALUE)  # in a body: a handle of the body or a graph holding it (H200)
         kind, size = p.type, int(p.size)
         if (
             (kind == C.CU_GRAPH_COND_TYPE_IF and size not in (1, 2))
@@ -169,6 +180,42 @@ class SimConditional(SimGraphs):
         ) -> tuple[Any, ...]:
             """Adds a conditional node (12.x signature); see the module docstring."""
             return self._add_graph_node(hGraph, dependencies, numDependencies, nodeParams)
+
+    def _enclosing(self, graph: Graph) -> list[Graph]:
+        """``graph`` and the graphs holding it: a body's node's graph, and so on up to a graph that is no body."""
+        chain = [graph]
+        while chain[-1].handle in self._parents:
+            chain.append(self._parents[chain[-1].handle])
+        return chain
+
+    def _tree(self, graph: Graph) -> list[Graph]:
+        """``graph`` and every graph nested in it: conditional bodies and child graphs, recursively."""
+        tree: list[Graph] = []
+        todo = [graph]
+        while todo:
+            current = todo.pop()
+            tree.append(current)
+            for node in current.nodes.values():
+                if type(node.spec) is ConditionalSpec:
+                    todo.extend(node.spec.bodies)
+                elif node.type == T.CU_GRAPH_NODE_TYPE_GRAPH:
+                    todo.append(node.spec)
+        return tree
+
+    def _instantiate(self, hGraph: Any, call: str) -> tuple[Any, ...]:
+        """Refuses (CUDA_ERROR_INVALID_VALUE) a graph whose tree holds a handle no live node of it uses (H200)."""
+        graph = self._graph(hGraph, call)
+        tree = self._tree(graph)
+        used = {
+            node.spec.condition.handle
+            for member in tree
+            for node in member.nodes.values()
+            if type(node.spec) is ConditionalSpec
+        }
+        for member in tree:
+            if any(cond.handle not in used for cond in self._graph_conditions.get(member.handle, ())):
+                raise Status(INVALID_VALUE)
+        return super()._instantiate(hGraph, call)
 
     # --- what the graph model does with it ---------------------------------------------------------
 

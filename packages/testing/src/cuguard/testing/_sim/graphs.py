@@ -881,15 +881,20 @@ class SimGraphs(SimCore):
         children = tuple(self._signature(n.spec) for n in graph.nodes.values() if n.type == T.CU_GRAPH_NODE_TYPE_GRAPH)
         return (types, edges, children)
 
+    def _expanded(self, steps: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        """``steps`` with the steps nested in them (none here; conditional bodies add theirs)."""
+        return steps
+
     def _step_refs(self, steps: list[tuple[Any, Any]]) -> frozenset[int]:
+        """The allocations the node specs of this module in ``steps`` use (other specs add theirs)."""
         refs: set[int] = set()
-        for kind, spec in steps:
+        for _, spec in steps:
             addrs: list[int] = []
-            if kind == T.CU_GRAPH_NODE_TYPE_KERNEL:
+            if isinstance(spec, KernelSpec):
                 addrs = [a for a in spec.args if isinstance(a, int) and a >= DEVICE_BASE]
-            elif kind == T.CU_GRAPH_NODE_TYPE_MEMSET:
+            elif isinstance(spec, MemsetSpec):
                 addrs = [spec.dst]
-            elif kind == T.CU_GRAPH_NODE_TYPE_MEMCPY:
+            elif isinstance(spec, CopySpec):
                 addrs = [spec.src, spec.dst]
             for addr in addrs:
                 alloc = self._dev_find(addr) if addr >= DEVICE_BASE else self._host_find(addr)
