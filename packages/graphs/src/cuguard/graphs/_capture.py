@@ -142,6 +142,13 @@ class _Capture:
         self.definition: GraphDefinition | None = None
         self.ended = False
 
+    @property
+    def _closed(self) -> bool:
+        """Whether the conditions' graph is gone (or its builder closed)."""
+        if self.definition is not None:
+            return self.definition._closed
+        return self.ended or self.builder._closed
+
     def _check_open(self) -> None:
         """Refuse use of a condition whose graph is gone (what a condition checks of its owner)."""
         if self.definition is not None:
@@ -450,21 +457,29 @@ class GraphBuilder(_Collected):
         The capture ran into a graph of its own: a capture into an existing graph
         that is invalidated takes that graph with it (seen on an H200), and a body
         belongs to its node. When adding the node fails, the body stays as it was
-        and the error is raised; the builder may capture again.
+        and the error is raised; the builder may capture again. When the captured
+        graph cannot be destroyed, it is leaked, the new node is taken out again
+        and the error raised (if that fails too, the body keeps the work).
         """
         parent = self._parent
         assert parent is not None
-        err, _node = driver.cuGraphAddChildGraphNode(self._body, None, 0, graph)
+        err, node = driver.cuGraphAddChildGraphNode(self._body, None, 0, graph)
         (destroy_err,) = driver.cuGraphDestroy(graph)  # the node holds its own copy
-        if err:
+        if err or destroy_err:
             try:
-                raise_status(err, "cuGraphAddChildGraphNode")
+                if err:
+                    raise_status(err, "cuGraphAddChildGraphNode")
+                raise CUDAError(destroy_err, "cuGraphDestroy", f"the captured graph {format_handle(graph)} was leaked")
             except CUDAError as exc:
-                if destroy_err:
+                if err and destroy_err:
                     add_failure_note(exc, destroy_err, "cuGraphDestroy", graph)
+                elif not err:  # take the node out again: the body stays as it was (G1)
+                    (undo,) = driver.cuGraphDestroyNode(node)
+                    if undo:
+                        add_failure_note(exc, undo, "cuGraphDestroyNode", node)
+                        self._filled = True  # the body holds the work after all: it is not captured twice
+                        parent._owners.update(owners)  # and keeps what the work uses alive (W5)
                 raise
-        if destroy_err:
-            report(destroy_err, "cuGraphDestroy", graph, "a captured body's own graph was leaked")
         self._filled = True
         table = parent._owners
         for key, owner in owners.items():

@@ -1089,7 +1089,38 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _p("child", GRAPHDEF | BUILDER, "GraphBuilder"),
         extra_errors=state,
     )
-    add("GraphBuilder.callback", "GraphBuilder", lambda b: b.callback(_noop), extra_errors=state)
+    add("GraphBuilder.callback", "GraphBuilder", lambda b: b.callback(_noop), extra_errors=state + (ValueError,))
+    # Conditional nodes in a capture: ValueError is documented for a condition of another capture (or
+    # one a node uses already) and for a body builder, which holds no conditional or host nodes.
+    conditional = (RuntimeError, ValueError)
+    add(
+        "GraphBuilder.create_condition",
+        "GraphBuilder",
+        lambda b, d: b.create_condition(d),
+        _v("default", 0, 1, None, -1, 2**32, 1.5, "1", good=3),
+        extra_errors=conditional,
+        weight=2,
+    )
+    bcond = _p("condition", GRAPHCOND, "GraphCondition")
+    add("GraphBuilder.if_then", "GraphBuilder", lambda b, c: b.if_then(c), bcond, extra_errors=conditional)
+    add("GraphBuilder.if_else", "GraphBuilder", lambda b, c: b.if_else(c), bcond, extra_errors=conditional)
+    add(
+        "GraphBuilder.switch",
+        "GraphBuilder",
+        lambda b, c, n: b.switch(c, n),
+        bcond,
+        _v("count", 1, 3, 0, None, good=2),
+        extra_errors=conditional,
+    )
+    # Not on a GPU: nothing in the sweep clears a condition (see GraphDefinition.while_loop).
+    add(
+        "GraphBuilder.while_loop",
+        "GraphBuilder",
+        lambda b, c: b.while_loop(c),
+        bcond,
+        extra_errors=conditional,
+        real=False,
+    )
     add("GraphBuilder.status", "GraphBuilder", lambda b: (b.status, b.is_building, b.mode, b.stream))
     add("GraphBuilder.definition", "GraphBuilder", lambda b: b.definition, extra_errors=state)
     add("GraphBuilder.close", "GraphBuilder", lambda b: b.close(), idempotent_close=True)

@@ -374,7 +374,7 @@ _CAUSES = {
     "Module": ("Module", "Context"),
     "Kernel": ("Kernel", "Module", "Context"),
     "Node": ("Node", "GraphDefinition"),
-    "GraphCondition": ("GraphCondition", "GraphDefinition", "ConditionalBody"),
+    "GraphCondition": ("GraphCondition", "GraphDefinition", "ConditionalBody", "GraphBuilder"),
     "GraphBuilder": ("GraphBuilder", "Stream", "Context"),
     # a resource refuses through what it uses: its context (pools) or its Device (the others)
     **{kind: (kind, "Context", "Device") for kind in MEMORY_RESOURCES},

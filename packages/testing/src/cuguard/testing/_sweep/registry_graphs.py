@@ -113,6 +113,46 @@ def _scoped_mode(env: Env, s: Any) -> None:
         pass
 
 
+def _building_with_condition(env: Env) -> SimpleNamespace:
+    s = _building(env)
+    s.cond = s.b.create_condition(1)
+    return s
+
+
+def _with_captured_body(env: Env) -> SimpleNamespace:
+    """A capture with an if node whose body builder ``body`` has not begun."""
+    s = _building_with_condition(env)
+    s.body = s.b.if_then(s.cond)
+    return s
+
+
+def _captured_body_building(env: Env) -> SimpleNamespace:
+    s = _with_captured_body(env)
+    s.body.begin_building()
+    s.buf2.fill(4, s.body)
+    s.body.keep(s.buf2)
+    return s
+
+
+def _probe_capture_conditional(env: Env, s: Any) -> None:
+    """End what the case left (a body, a condition still without its node), then as ``_probe_builder``."""
+    body = getattr(s, "body", None)
+    if body is not None and body.is_building:
+        body.end_building()
+    cond = getattr(s, "cond", None)
+    if s.b.is_building and cond is not None and cond._node is None:
+        s.b.if_then(cond)
+    _probe_builder(env, s)
+
+
+def _capture_conditional(method: str) -> Callable[[Env, Any], Any]:
+    def op(env: Env, s: Any) -> Any:
+        build = getattr(s.b, method)
+        return build(s.cond, 3) if method == "switch" else build(s.cond)
+
+    return op
+
+
 def _collected_builder(env: Env) -> SimpleNamespace:
     s = with_module(env)
     s.b = env.graphs.GraphBuilder(s.stream)  # not owned: the operation drops it
@@ -149,6 +189,28 @@ def capture_scenarios() -> list[Scenario]:
     add(_B + "close", _building_with_fork, lambda e, s: s.b.close(), releases=True)
     add(_B + "__exit__", _building_with_fork, lambda e, s: s.b.__exit__(None, None, None), releases=True)
     add(_B + "__del__", _collected_builder, _drop_builder, kind="warn", releases=True)
+    cprobe = _probe_capture_conditional
+    add(_B + "create_condition", _building, lambda e, s: s.b.create_condition(1), probe=cprobe, state=state)
+    for method in ("if_then", "if_else", "while_loop", "switch"):
+        # Not all-or-nothing: a failed dependency update abandons the capture (as embed() documents).
+        add(_B + method, _building_with_condition, _capture_conditional(method), probe=cprobe, releases=True)
+    add(
+        _B + "begin_building[body]",
+        _with_captured_body,
+        lambda e, s: s.body.begin_building(),
+        covers=(_B + "begin_building",),
+        probe=cprobe,
+        state=lambda e, s: s.body.is_building,
+    )
+    add(
+        _B + "end_building[body]",
+        _captured_body_building,
+        lambda e, s: s.body.end_building(),
+        covers=(_B + "end_building",),
+        probe=cprobe,
+        releases=True,
+    )
+    add(_B + "close[body]", _captured_body_building, lambda e, s: s.b.close(), covers=(_B + "close",), releases=True)
     add("graphs.exchange_capture_mode", with_module, _exchange)
     add("graphs.capture_mode", with_module, _scoped_mode)
     return out
@@ -205,11 +267,14 @@ def _probe_conditional(env: Env, s: Any) -> None:
     from cuguard.testing._sweep.registry import _probe_graph
 
     g = s.g
-    used = {id(n.condition) for n in g.nodes if n.type == "conditional" and n.condition is not None}
     for name in ("cond", "on"):
         cond = getattr(s, name, None)
-        if cond is not None and id(cond) not in used:
+        if cond is not None and not cond._used():
             g.if_then(cond)
+    for ref in list(g._executables or ()):  # CUDA instantiates a graph with conditions once at a time
+        graph = ref()
+        if graph is not None and not graph.closed:
+            graph.close()
     _probe_graph(env, s)
 
 
