@@ -10,7 +10,7 @@ from typing import assert_type
 
 import numpy as np
 
-from cuguard.graphs import ConditionalBody, Graph, GraphCondition, GraphDefinition, Node
+from cuguard.graphs import ConditionalBody, Graph, GraphBuilder, GraphCondition, GraphDefinition, Node
 from cuguard.resources import Buffer, Device, Event, Kernel, LaunchConfig, PinnedBuffer, Stream
 
 
@@ -33,6 +33,21 @@ def conditionals(device: Device, kernel: Kernel, buf: Buffer) -> None:
     assert_type(node.condition, GraphCondition | None)
     body: GraphDefinition = then  # a body is a definition to fill
     body.empty()
+
+
+def captured_conditionals(stream: Stream, kernel: Kernel, buf: Buffer) -> None:
+    builder = GraphBuilder(stream).begin_building()
+    cond = builder.create_condition(0)
+    assert_type(cond, GraphCondition)
+    body = builder.if_then(cond)
+    assert_type(body, GraphBuilder)
+    body.begin_building()
+    body.launch(LaunchConfig(grid=1, block=1), kernel, buf)
+    body.end_building()
+    assert_type(builder.if_else(builder.create_condition(1)), tuple[GraphBuilder, GraphBuilder])
+    assert_type(builder.while_loop(builder.create_condition()), GraphBuilder)
+    assert_type(builder.switch(builder.create_condition(2), 3), tuple[GraphBuilder, ...])
+    assert_type(builder.end_building().definition, GraphDefinition)
 
 
 def per_node_changes(  # noqa: PLR0917 - one of each argument kind

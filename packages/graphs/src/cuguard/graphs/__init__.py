@@ -17,8 +17,10 @@
   ``set_callback``, ``set_event``, ``set_child``, ``set_enabled``,
   ``is_enabled``), ``close``.
 - :class:`GraphBuilder`: stream capture (``begin_building``, ``end_building``,
-  ``complete``, ``split``, ``join``, ``embed``, ``callback``, ``launch``); the
-  builder is a stream while it builds. :func:`exchange_capture_mode` and
+  ``complete``, ``split``, ``join``, ``embed``, ``callback``, ``launch``) and
+  conditional nodes in it (``create_condition``; ``if_then``, ``if_else``,
+  ``while_loop``, ``switch`` return body builders); the builder is a stream
+  while it builds. :func:`exchange_capture_mode` and
   :func:`capture_mode` set the calling thread's capture mode.
 - :func:`flush_deferred`: wait for the deferred release of what graphs kept alive.
 

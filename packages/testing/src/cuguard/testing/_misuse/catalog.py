@@ -1089,7 +1089,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _p("child", GRAPHDEF | BUILDER, "GraphBuilder"),
         extra_errors=state,
     )
-    add("GraphBuilder.callback", "GraphBuilder", lambda b: b.callback(_noop), extra_errors=state + (ValueError,))
+    add("GraphBuilder.callback", "GraphBuilder", lambda b: b.callback(_noop), extra_errors=(*state, ValueError))
     # Conditional nodes in a capture: ValueError is documented for a condition of another capture (or
     # one a node uses already) and for a body builder, which holds no conditional or host nodes.
     conditional = (RuntimeError, ValueError)
