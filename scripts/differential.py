@@ -2518,8 +2518,15 @@ def conditional_instantiate_shapes(d: Any) -> Obs:
             finally:
                 d.cuGraphDestroy(g)
 
-        for shape in ("at_root", "after_empty", "empty_body", "two_nodes", "two_nodes_one_empty",
-                      "spare_handle", "destroyed_node"):
+        for shape in (
+            "at_root",
+            "after_empty",
+            "empty_body",
+            "two_nodes",
+            "two_nodes_one_empty",
+            "spare_handle",
+            "destroyed_node",
+        ):
             out.append(build(shape))
         d.cuMemFree(p)
     return out
@@ -2617,6 +2624,44 @@ def conditional_nested_outer_handle_shapes(d: Any) -> Obs:
     return out
 
 
+@scenario
+def conditional_instantiate_twice_and_handle_reuse(d: Any) -> Obs:
+    # A graph with a conditional node instantiated a second time while the first executable graph
+    # lives, and again after it is destroyed; a node added and destroyed in between; one handle given
+    # to a second conditional node (at the top level and in the node's own body).
+    out: Obs = []
+    with Ctx(d) as ctx:
+        p = ok(d.cuMemAlloc(4))
+        g = ok(d.cuGraphCreate(0))
+        handle = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, _ASSIGN_DEFAULT))
+        _, _, bodies = _conditional(d, g, handle, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+        _memset_node(d, bodies[0], [], p, 1, 4, ctx)
+        first = ok(d.cuGraphInstantiate(g, 0))
+        out.append(["second while the first lives", _instantiate_status(d, g)])
+        extra = ok(d.cuGraphAddEmptyNode(g, None, 0))
+        ok(d.cuGraphDestroyNode(extra))
+        out.append(["after a node came and went", _instantiate_status(d, g)])
+        d.cuGraphExecDestroy(first)
+        out.append(["after the first was destroyed", _instantiate_status(d, g)])
+        out.append(["handle again, top level", _conditional(d, g, handle, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0]])
+        out.append(
+            [
+                "handle again, in its body",
+                _conditional(d, bodies[0], handle, _COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0],
+            ]
+        )
+        out.append(["nodes", int(d.cuGraphGetNodes(g, 0)[-1]), int(d.cuGraphGetNodes(bodies[0], 0)[-1])])
+        plain = ok(d.cuGraphCreate(0))
+        _memset_node(d, plain, [], p, 2, 4, ctx)
+        exe = ok(d.cuGraphInstantiate(plain, 0))
+        out.append(["plain graph, second", _instantiate_status(d, plain)])
+        d.cuGraphExecDestroy(exe)
+        d.cuGraphDestroy(plain)
+        d.cuGraphDestroy(g)
+        d.cuMemFree(p)
+    return out
+
+
 def _add_conditional_at_tail(d: Any, s: Any, kind: Any, size: int, default: int, ctx: Any) -> tuple[Obs, list[Any]]:
     """A conditional node after the capture's tail on ``s``; the capture continues from it."""
     info = d.cuStreamGetCaptureInfo(s)
@@ -2652,7 +2697,9 @@ def capture_conditional_bodies_captured(d: Any) -> Obs:
             ):
                 row, bodies = _add_conditional_at_tail(d, s, kind, size, default, ctx)
                 for i, body in enumerate(bodies):
-                    err = d.cuStreamBeginCaptureToGraph(side, body, None, None, 0, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]
+                    err = d.cuStreamBeginCaptureToGraph(side, body, None, None, 0, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[
+                        0
+                    ]
                     row.append(name(err))
                     d.cuMemsetD8Async(B.CUdeviceptr(int(p) + offset), 0x20 + 0x10 * size + i, 4, side)
                     status, same = _ended(d, side)
