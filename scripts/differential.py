@@ -2662,7 +2662,9 @@ def conditional_instantiate_twice_and_handle_reuse(d: Any) -> Obs:
     return out
 
 
-def _add_conditional_at_tail(d: Any, s: Any, kind: Any, size: int, default: int, ctx: Any) -> tuple[Obs, list[Any]]:
+def _add_conditional_at_tail(  # noqa: PLR0917 - the node parameters' fields
+    d: Any, s: Any, kind: Any, size: int, default: int, ctx: Any
+) -> tuple[Obs, list[Any]]:
     """A conditional node after the capture's tail on ``s``; the capture continues from it."""
     info = d.cuStreamGetCaptureInfo(s)
     graph, deps, count = info[3], list(info[4] or []), int(info[-1])
