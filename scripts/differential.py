@@ -2162,6 +2162,42 @@ def capture_in_another_thread_follows_its_mode(d: Any) -> Obs:
 
 
 @scenario
+def capture_relaxed_thread_frees_during_a_capture(d: Any) -> Obs:
+    """A thread in relaxed mode frees (cuMemFree of cuMemAlloc and of cuMemAllocAsync memory after
+    cuCtxSynchronize, cuMemFreeHost) while a global-mode capture of its own runs on a stream of the
+    same context: what a collection of cuguard memory does during a capture. Each call's status, then
+    the capture's status and how it ends."""
+    out: Obs = []
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(1))  # non-blocking: the legacy stream's rules stay out of it
+        other = ok(d.cuStreamCreate(1))
+        plain = ok(d.cuMemAlloc(64))
+        ordered = ok(d.cuMemAllocAsync(64, other))
+        ok(d.cuStreamSynchronize(other))
+        host = ok(d.cuMemHostAlloc(64, 0))
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            old = d.cuThreadExchangeStreamCaptureMode(_CAP.CU_STREAM_CAPTURE_MODE_RELAXED)
+            out.append(name(old[0]))
+            out.append(name(d.cuMemFree(plain)[0]))
+            out.append(name(d.cuCtxSynchronize()[0]))
+            out.append(name(d.cuMemFree(ordered)[0]))
+            out.append(name(d.cuMemFreeHost(host)[0]))
+            back = d.cuThreadExchangeStreamCaptureMode(_CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)
+            out.append([name(back[0]), _CAP(int(back[1])).name])
+            out.append(_capturing(d, s))
+            status, graph = _ended(d, s)
+            out.append(status)
+            if graph is not None:
+                d.cuGraphDestroy(graph)
+        finally:
+            _end_quietly(d, s)
+        d.cuStreamDestroy(other)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
 def capture_ended_from_another_thread(d: Any) -> Obs:
     out: Obs = []
     with Ctx(d) as ctx:
