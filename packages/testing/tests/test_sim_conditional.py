@@ -106,8 +106,10 @@ def test_a_node_takes_any_live_handle_in_the_handles_context(drv: SimulatedDrive
     err, _, params = _add(drv, graph, mine, C.CU_GRAPH_COND_TYPE_IF, 1, drv.ctx)  # type: ignore[attr-defined]
     assert err == OK
     (body,) = params.conditional.phGraph_out
-    assert _add(drv, body, mine, C.CU_GRAPH_COND_TYPE_WHILE, 1, drv.ctx)[0] == OK  # type: ignore[attr-defined]
-    assert _add(drv, graph, mine, C.CU_GRAPH_COND_TYPE_IF, 1, cb.CUcontext(0))[0] != OK  # not the handle's context
+    _, inner = drv.cuGraphConditionalHandleCreate(graph, drv.ctx, 1, 1)  # type: ignore[attr-defined]
+    assert _add(drv, body, inner, C.CU_GRAPH_COND_TYPE_WHILE, 1, drv.ctx)[0] == OK  # type: ignore[attr-defined]
+    _, spare = drv.cuGraphConditionalHandleCreate(graph, drv.ctx, 1, 1)  # type: ignore[attr-defined]
+    assert _add(drv, graph, spare, C.CU_GRAPH_COND_TYPE_IF, 1, cb.CUcontext(0))[0] != OK  # not the handle's context
     drv.cuGraphDestroy(graph)
     drv.cuGraphDestroy(other)
 
@@ -268,3 +270,41 @@ def test_per_node_updates_follow_cudas_rules(drv: SimulatedDriver) -> None:
     drv.cuMemFree(a)
     drv.cuMemFree(b)
     drv.cuStreamDestroy(stream)
+
+
+def test_a_handle_belongs_to_one_conditional_node(drv: SimulatedDriver) -> None:
+    # The H200 refused a second node with a handle, at the top level and in the first node's body.
+    ctx = drv.ctx  # type: ignore[attr-defined]
+    _, g = drv.cuGraphCreate(0)
+    _, handle = drv.cuGraphConditionalHandleCreate(g, ctx, 1, 1)
+    err, node, params = _add(drv, g, handle, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)
+    assert err == OK
+    (body,) = params.conditional.phGraph_out
+    assert _add(drv, g, handle, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)[0] == INVALID
+    assert _add(drv, body, handle, C.CU_GRAPH_COND_TYPE_WHILE, 1, ctx)[0] == INVALID
+    assert drv.cuGraphDestroyNode(node)[0] == OK
+    assert _add(drv, g, handle, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)[0] == OK  # its node is gone
+    drv.cuGraphDestroy(g)
+
+
+def test_a_graph_with_conditional_nodes_has_one_executable_graph_at_a_time(drv: SimulatedDriver) -> None:
+    # The H200 answered CUDA_ERROR_NOT_SUPPORTED while the first lived, and took it once destroyed;
+    # a graph without conditional nodes is instantiated any number of times.
+    ctx = drv.ctx  # type: ignore[attr-defined]
+    _, g = drv.cuGraphCreate(0)
+    _, handle = drv.cuGraphConditionalHandleCreate(g, ctx, 1, 1)
+    assert _add(drv, g, handle, C.CU_GRAPH_COND_TYPE_IF, 1, ctx)[0] == OK
+    err, first = drv.cuGraphInstantiate(g, 0)
+    assert err == OK
+    assert drv.cuGraphInstantiate(g, 0)[0] == cb.CUresult.CUDA_ERROR_NOT_SUPPORTED
+    assert drv.cuGraphExecDestroy(first)[0] == OK
+    err, again = drv.cuGraphInstantiate(g, 0)
+    assert err == OK
+    _, plain = drv.cuGraphCreate(0)
+    drv.cuGraphAddEmptyNode(plain, None, 0)
+    execs = [drv.cuGraphInstantiate(plain, 0) for _ in range(2)]
+    assert [e[0] for e in execs] == [OK, OK]
+    for ex in (again, *(e[1] for e in execs)):
+        drv.cuGraphExecDestroy(ex)
+    drv.cuGraphDestroy(plain)
+    drv.cuGraphDestroy(g)

@@ -13,7 +13,11 @@ on up), and ``CUDA_ERROR_INVALID_VALUE`` for a handle of any other graph.
 handle made on it or on one of its bodies (recursively) is used by no live
 conditional node of that tree, one made and never used as well as one whose
 node was destroyed (seen on an H200 for handles of the graph instantiated; the
-rule's reach into bodies and child graphs is assumed). When an executable graph runs, a conditional
+rule's reach into bodies and child graphs is assumed). A handle belongs to one
+conditional node: a second node with it is ``CUDA_ERROR_INVALID_VALUE``, and a
+graph holding conditional nodes has one executable graph at a time (a second
+``cuGraphInstantiate`` while the first lives is ``CUDA_ERROR_NOT_SUPPORTED``;
+both seen on an H200). When an executable graph runs, a conditional
 node evaluates its handle's value at the point the stream reaches it and runs
 its bodies' steps in order, inline: ``if`` runs body 0 when the value is
 non-zero (and body 1, if there is one, when it is zero), ``while`` runs body 0
@@ -69,6 +73,7 @@ class Condition:
     default: int
     flags: int
     value: int = 0
+    node: Node | None = None  # the conditional node that uses it (one per handle: the H200 refused a second)
 
 
 @dataclass(eq=False, slots=True)
@@ -148,6 +153,8 @@ class SimConditional(SimGraphs):
             raise Status(INVALID_VALUE)  # CUDA: the node's context is the handle's
         if graph.handle in self._parents and cond.graph not in self._enclosing(graph):
             raise Status(INVALID_VALUE)  # in a body: a handle of the body or a graph holding it (H200)
+        if cond.node is not None and not cond.node.destroyed:
+            raise Status(INVALID_VALUE)  # a handle belongs to one conditional node (H200, at any depth)
         kind, size = p.type, int(p.size)
         if (
             (kind == C.CU_GRAPH_COND_TYPE_IF and size not in (1, 2))
@@ -161,7 +168,9 @@ class SimConditional(SimGraphs):
         spec = ConditionalSpec(cond, kind, bodies)
         spec.array = (ctypes.c_void_p * size)(*[body.handle for body in bodies])
         ctypes.c_void_p.from_address(p.getPtr() + _PH_GRAPH_OUT_OFFSET).value = ctypes.addressof(spec.array)
-        return self._add_node(graph, deps, _CONDITIONAL, spec)
+        result = self._add_node(graph, deps, _CONDITIONAL, spec)
+        cond.node = graph.nodes[h(result[1])]
+        return result
 
     if EDGE_DATA:
 
@@ -215,6 +224,10 @@ class SimConditional(SimGraphs):
         for member in tree:
             if any(cond.handle not in used for cond in self._graph_conditions.get(member.handle, ())):
                 raise Status(INVALID_VALUE)
+        if used and any(ex.origin == graph.handle for ex in self._live_execs.values() if not ex.destroyed):
+            # One executable graph at a time of a graph with conditional nodes (H200: a second while
+            # the first lived was refused, and taken once it was destroyed).
+            raise Status(R.CUDA_ERROR_NOT_SUPPORTED)
         return super()._instantiate(hGraph, call)
 
     # --- what the graph model does with it ---------------------------------------------------------
