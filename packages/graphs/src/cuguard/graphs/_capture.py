@@ -923,12 +923,13 @@ class GraphBuilder(_Collected):
         itself, a builder that is not an open fork of this capture, a fork given
         twice or one joined already, before the driver.
         """
+        for fork in forks:  # the arguments' kinds before the builder's state (E3)
+            if not isinstance(fork, GraphBuilder):
+                raise wrong_kind("forks", "GraphBuilders", fork)
         self._check_capturing("join")
         root = self._root_builder()
         seen: set[int] = set()
         for fork in forks:
-            if not isinstance(fork, GraphBuilder):
-                raise wrong_kind("forks", "GraphBuilders", fork)
             if fork is self:
                 raise ValueError(f"{self!r} cannot join itself")
             if fork._root is not root or fork._closed:

@@ -104,6 +104,8 @@ def apply(
 
 
 def kernel_params(graph: Graph, node: object, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...]) -> None:
+    if not isinstance(node, Node):  # every argument's kind before the values' checks (E3)
+        raise wrong_kind("node", "a graph Node", node)
     params, owners = _kernel_params(config, kernel, args)  # the arguments' kinds before the node's fit (E3)
     target = graph_node(graph, node, ("kernel",), "set_kernel_params()")
     # The driver copies the argument values during the call: the packed block need not outlive it.

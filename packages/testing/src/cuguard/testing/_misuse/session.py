@@ -464,6 +464,8 @@ class Session:
             already = getattr(obj, "_released", None) if receiver.kind == "Context" else None
             if already is None:
                 already = obj._state != 0 if receiver.kind == "Node" else obj._closed
+            if receiver.kind == "GraphBuilder" and obj._stream._closed:
+                already = True  # its capture went with the stream; close() releases only the forks it made
             uses = not already
         exit_label = ""
         if receiver is not None and uses:
