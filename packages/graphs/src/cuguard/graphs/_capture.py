@@ -559,6 +559,8 @@ class GraphBuilder(_Collected):
                     elif failure is not None:
                         first = failure
                     first = body._finish(first) or first
+                if failure is not None:
+                    continue  # a stream whose capture could not be ended is leaked with it (W5)
             resources.append(body._stream)
         for ref, stream in forks:
             fork = ref()

@@ -296,6 +296,27 @@ class _Outcome:
     violations: list[Violation]
 
 
+def _end_leftover_captures(raw: Any, proxy: Any) -> None:
+    """On the real driver, end the captures a case left going on streams still alive.
+
+    A refused ``cuStreamEndCapture`` is a fault the proxy made up: the real capture goes on,
+    and in global mode it would prohibit the allocations of every later case of the process
+    (the simulator starts afresh for each case). What cuguard leaked with it stays leaked.
+    """
+    from cuda.bindings import driver as cb
+
+    for kind, handle in list(proxy.live_objects()):
+        if kind != "stream":
+            continue
+        stream = cb.CUstream(handle)
+        err, status = raw.cuStreamIsCapturing(stream)
+        if err or not int(status):
+            continue
+        err, graph = raw.cuStreamEndCapture(stream)
+        if not err and graph is not None and int(graph):
+            raw.cuGraphDestroy(graph)
+
+
 def _teardown(env: Env, state: Any, raw: Any, add: Callable[[str, str], None]) -> None:
     _set_current(raw, 0)
     # Objects are released the way a program releases them, by dropping the references
@@ -474,6 +495,8 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
             exc.__traceback__ = None
         exc = raised = crashed = result = None
         caught.clear()
+        if sim is None:
+            _end_leftover_captures(raw, proxy)
         _teardown(env, state, raw, add)
         if sim is not None and snapshot_end is not None:
             sim.drain()
