@@ -2032,6 +2032,34 @@ def capture_fork_and_join_through_events(d: Any) -> Obs:
 
 
 @scenario
+def capture_fork_by_stream_flags(d: Any) -> Obs:
+    # Forking a capture onto another stream through an event, for each pairing of blocking (0) and
+    # non-blocking (1) streams, and once after a query of the captured event: the wait's status and
+    # whether the other stream joined the capture.
+    out: Obs = []
+    with Ctx(d):
+        p = ok(d.cuMemAlloc(4))
+        for main_flags, side_flags, query in ((0, 0, False), (0, 1, False), (1, 0, False), (1, 1, False), (1, 1, True)):
+            main, side = ok(d.cuStreamCreate(main_flags)), ok(d.cuStreamCreate(side_flags))
+            fork = ok(d.cuEventCreate(2))
+            ok(d.cuStreamBeginCapture(main, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+            try:
+                d.cuMemsetD8Async(p, 1, 4, main)
+                row: Obs = [main_flags, side_flags, name(d.cuEventRecord(fork, main)[0])]
+                if query:  # a query of the captured event before the wait
+                    row += [name(d.cuEventQuery(fork)[0]), _capturing(d, main)]
+                row += [name(d.cuStreamWaitEvent(side, fork, 0)[0]), _capturing(d, side), _capturing(d, main)]
+            finally:
+                _end_quietly(d, main, side)
+            out.append(row)
+            d.cuEventDestroy(fork)
+            d.cuStreamDestroy(main)
+            d.cuStreamDestroy(side)
+        d.cuMemFree(p)
+    return out
+
+
+@scenario
 def capture_with_an_unjoined_fork(d: Any) -> Obs:
     with Ctx(d):
         main, side = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0))
