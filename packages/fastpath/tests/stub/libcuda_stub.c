@@ -89,6 +89,10 @@ CUresult cuStreamCreateWithPriority(ptr_t *s, unsigned int flags, int priority) 
 CUresult cuStreamDestroy(ptr_t s) { FAIL("cuStreamDestroy"); return release(s, &live_streams); }
 CUresult cuStreamSynchronize(ptr_t s) { FAIL("cuStreamSynchronize"); return s ? OK : INVALID_VALUE; }
 CUresult cuStreamQuery(ptr_t s) { return OK; }
+/* No stream ever captures here; the thread's capture mode is only recorded. */
+CUresult cuStreamIsCapturing(ptr_t s, int *status) { FAIL("cuStreamIsCapturing"); *status = 0; return OK; }
+static int capture_mode;
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = capture_mode; capture_mode = *mode; *mode = old; return OK; }
 CUresult cuStreamGetFlags(ptr_t s, unsigned int *flags) { *flags = 0; return OK; }
 CUresult cuStreamWaitEvent(ptr_t s, ptr_t e, unsigned int flags) { return OK; }
 CUresult cuStreamGetCtx(ptr_t s, ptr_t *ctx) { *ctx = primary_block; return OK; }
@@ -193,6 +197,7 @@ static const entry_t table[] = {
     E(cuCtxSetCurrent), E(cuCtxGetDevice), E(cuCtxSynchronize), E(cuCtxCreate), E(cuCtxPushCurrent),
     E(cuCtxPopCurrent), E(cuCtxDestroy), E(cuStreamCreate), E(cuStreamCreateWithPriority), E(cuStreamDestroy),
     E(cuStreamSynchronize), E(cuStreamQuery), E(cuStreamGetFlags), E(cuStreamWaitEvent), E(cuStreamGetCtx),
+    E(cuStreamIsCapturing), E(cuThreadExchangeStreamCaptureMode),
     E(cuEventCreate), E(cuEventDestroy), E(cuEventRecord), E(cuEventQuery), E(cuEventSynchronize),
     E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuMemAlloc), E(cuMemFree), E(cuMemGetInfo), E(cuMemcpyHtoDAsync),
     E(cuMemcpyDtoHAsync), E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuModuleLoadData),
