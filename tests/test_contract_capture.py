@@ -46,3 +46,24 @@ def test_collecting_a_buffer_leaves_a_global_capture_of_the_thread_alone(dev: De
     assert builder.status == "active"
     builder.end_building()  # ends with a graph
     builder.close()
+
+
+@pytest.mark.contract("O6", "W5")
+def test_collecting_memory_that_needs_a_context_sync_waits_for_the_builders_capture(
+    dev: Device, stream: Stream
+) -> None:
+    other = dev.create_stream()
+    buf = dev.allocate(SIZE, other)
+    other.close()  # freeing buf now synchronizes its context first: refused during any capture of it
+    builder = GraphBuilder(stream, mode="global").begin_building()
+    with record_calls() as log:
+        del buf
+        gc.collect()
+    assert "cuCtxSynchronize" not in [c.name for c in log]  # deferred until the capture ends
+    assert builder.status == "active"
+    with record_calls() as log:
+        builder.end_building()  # ends with a graph; the deferred collection runs after it
+    names = [c.name for c in log]
+    assert names.index("cuStreamEndCapture") < names.index("cuCtxSynchronize") < names.index("cuMemFree")
+    assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
+    builder.close()

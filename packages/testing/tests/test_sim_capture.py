@@ -257,12 +257,48 @@ def test_unsafe_calls_follow_the_thread_capture_mode(drv: SimulatedDriver) -> No
     assert err == OK
     assert drv.cuThreadExchangeStreamCaptureMode(GLOBAL) == (OK, RELAXED)
     drv.cuStreamBeginCapture(stream, RELAXED)
-    assert drv.cuCtxSynchronize() == (OK,)  # a relaxed capture prohibits nothing
+    err, relaxed_ptr = drv.cuMemAlloc(8)  # a relaxed capture prohibits no unsafe call
+    assert err == OK
     err, relaxed_graph = drv.cuStreamEndCapture(stream)
     assert err == OK
     for g in (graph, relaxed_graph):
         drv.cuGraphDestroy(g)
     drv.cuMemFree(ptr)
+    drv.cuMemFree(relaxed_ptr)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+@pytest.mark.parametrize("call", ["cuMemHostAlloc", "cuMemAllocManaged"])
+def test_host_and_managed_allocation_are_unsafe_during_a_capture(drv: SimulatedDriver, call: str) -> None:
+    # As on an H200: the thread's own global-mode capture prohibits them, and they invalidate it.
+    stream = _stream(drv, 1)
+    drv.cuStreamBeginCapture(stream, GLOBAL)
+    assert getattr(drv, call)(64, 1 if call == "cuMemAllocManaged" else 0) == (
+        R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        None,
+    )
+    assert drv.cuStreamEndCapture(stream) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    drv.cuStreamDestroy(stream)
+
+
+@pytest.mark.contract("B2")
+@pytest.mark.parametrize("capture_mode", [GLOBAL, RELAXED])
+def test_synchronizing_the_context_of_a_capture_invalidates_it_in_any_thread_mode(
+    drv: SimulatedDriver, capture_mode: Any
+) -> None:
+    # As on an H200 (a global-mode capture, the thread in relaxed mode): cuCtxSynchronize is refused
+    # and the capture invalidated, while cuMemFree in relaxed mode is not.
+    stream = _stream(drv, 1)
+    ptr = _alloc(drv)
+    drv.cuStreamBeginCapture(stream, capture_mode)
+    assert drv.cuThreadExchangeStreamCaptureMode(RELAXED) == (OK, GLOBAL)
+    assert drv.cuMemFree(ptr) == (OK,)
+    assert drv.cuCtxSynchronize() == (R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+    assert drv.cuThreadExchangeStreamCaptureMode(GLOBAL) == (OK, RELAXED)
+    assert drv.cuStreamIsCapturing(stream) == (OK, S.CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+    assert drv.cuStreamEndCapture(stream) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    assert drv.cuCtxSynchronize() == (OK,)  # no capture any more
     drv.cuStreamDestroy(stream)
 
 

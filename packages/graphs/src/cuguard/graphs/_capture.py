@@ -40,6 +40,7 @@ from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
 from cuguard.resources import Buffer, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, launch
+from cuguard.resources._base import capture_began, capture_ended
 
 __all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mode"]
 
@@ -372,6 +373,7 @@ class GraphBuilder(_Collected):
         (err,) = driver.cuStreamBeginCapture(handle, _types().CUstreamCaptureMode(value))
         if err:
             raise_status(err, "cuStreamBeginCapture")
+        capture_began(self._stream._context)  # collections needing cuCtxSynchronize wait for its end (O6)
         if mode is not None:
             self._mode = mode
         self._owners = {}
@@ -530,6 +532,8 @@ class GraphBuilder(_Collected):
         self._building = False
         self._owners = {}
         if self._capture is not None:
+            if not self._capture.ended:
+                capture_ended(self._stream._context)  # once per capture: deferred collections run (O6)
             self._capture.ended = True
         forks, self._forks = self._forks, []
         events, self._events = self._events, []

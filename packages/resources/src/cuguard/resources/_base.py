@@ -18,6 +18,7 @@ cuguard's release thread.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -36,7 +37,7 @@ from cuguard.errors import (
     report_error,
 )
 
-__all__ = ["Resource"]
+__all__ = ["Resource", "capture_began", "capture_ended"]
 
 
 _relaxed_mode: list[Any] = []  # CU_STREAM_CAPTURE_MODE_RELAXED, made on first use
@@ -52,10 +53,16 @@ def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[
     ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidate that capture, a
     live object the collection must not disturb (O6). A thread in relaxed
     mode is never prohibited (``cuThreadExchangeStreamCaptureMode``, one call
-    each way, thread-local). If the exchange is refused, ``step`` is not run
-    and the refusal is returned (the caller leaks and reports, W5); if
-    restoring the mode is refused, that is reported and the thread keeps
-    relaxed mode (as C3 keeps the cleanup's context).
+    each way, thread-local) for ``cuMemFree`` and ``cuMemFreeHost``, but
+    ``cuCtxSynchronize`` is refused during any capture of its context, relaxed
+    mode or not, and invalidates it: a collection that needs it waits for the
+    captures cuguard began (:func:`capture_began`); during a capture begun
+    outside cuguard (the bindings themselves) it is refused, that capture is
+    invalidated and the memory leaked with a ``CUDAWarning`` (W5). If the
+    exchange is refused, ``step`` is not run and the refusal is returned (the
+    caller leaks and reports, W5); if restoring the mode is refused, that is
+    reported and the thread keeps relaxed mode (as C3 keeps the cleanup's
+    context).
     """
     if not _relaxed_mode:
         from cuda.bindings import driver as types
@@ -71,6 +78,77 @@ def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[
             (err, _) = driver.cuThreadExchangeStreamCaptureMode(old)
             if err:
                 report(err, "cuThreadExchangeStreamCaptureMode", handle, "the thread stays in relaxed capture mode")
+
+
+class _Captures:
+    """The captures cuguard knows are in progress in one context, and the collections waiting for them."""
+
+    __slots__ = ("context", "count", "waiting")
+
+    def __init__(self, context: Context) -> None:
+        self.context = context  # kept alive while counted: the key is its identity
+        self.count = 0
+        self.waiting: list[Resource] = []
+
+
+_captures_lock = threading.Lock()
+_captures: dict[int, _Captures] = {}  # id(context) -> its captures in progress
+
+
+def capture_began(context: Context) -> None:
+    """Count a stream capture that began in ``context`` (called by the graphs layer's ``GraphBuilder``).
+
+    While a capture is counted in a context, collecting memory whose free
+    needs ``cuCtxSynchronize`` (a :class:`~cuguard.resources.Buffer` whose
+    stream was closed first, a memory pool's buffer freed without a stream,
+    virtual memory) is deferred: that call, refused during any capture of the
+    context whatever the thread's capture mode, would invalidate the capture
+    (O6). Call :func:`capture_ended` once when the capture ends (a builder
+    whose stream was closed while capturing keeps its capture counted until it
+    is closed or collected). A capture begun with the bindings alone is not
+    counted: collecting such memory during it calls ``cuCtxSynchronize``,
+    which the driver refuses (invalidating that capture); the memory is then
+    leaked with a ``CUDAWarning`` (W5). Never fails.
+    """
+    with _captures_lock:
+        for key in [k for k, e in _captures.items() if e.context._closed and not e.context._released]:
+            # Of a driver that is no longer installed: its builders are never finished, its memory never
+            # released (O3); forget them.
+            del _captures[key]
+        entry = _captures.get(id(context))
+        if entry is None:
+            entry = _captures[id(context)] = _Captures(context)
+        entry.count += 1
+
+
+def capture_ended(context: Context) -> None:
+    """A capture counted by :func:`capture_began` ended: when it was ``context``'s last, run the deferred collections.
+
+    The deferred collections release their memory as a collection does (a
+    refusal is a ``CUDAWarning`` and the memory is leaked, W1, W5), in the
+    calling thread. A call with no capture counted does nothing.
+    """
+    with _captures_lock:
+        entry = _captures.get(id(context))
+        if entry is None or entry.context is not context:
+            return
+        entry.count -= 1
+        if entry.count > 0:
+            return
+        del _captures[id(context)]
+        waiting = entry.waiting
+    for resource in waiting:
+        resource._collect()
+
+
+def _defer_while_capturing(resource: Resource) -> bool:
+    """Whether ``resource``'s collection waits for the captures of its context (then it is queued)."""
+    with _captures_lock:
+        entry = _captures.get(id(resource._context))
+        if entry is None or entry.context is not resource._context:
+            return False
+        entry.waiting.append(resource)
+        return True
 
 
 class Resource(Unique):
@@ -147,6 +225,10 @@ class Resource(Unique):
         ``call_in``) or a collection (switch with ``cleanup_in``).
         """
         raise NotImplementedError
+
+    def _frees_after_context_sync(self) -> bool:
+        """Whether releasing it calls ``cuCtxSynchronize`` (memory only): its collection then waits for captures."""
+        return False
 
     def _release_in_context(self, raising: bool, step: Callable[[Any], tuple[Any, str]]) -> tuple[Any, str]:
         """Run the release ``step(handle) -> (status, call)`` in this resource's context.
@@ -267,6 +349,8 @@ class Resource(Unique):
         context = self._context
         if context._closed and not context._released:  # its driver went away meanwhile (O3)
             return
+        if _captures and self._frees_after_context_sync() and _defer_while_capturing(self):
+            return  # run by capture_ended once the context's captures cuguard knows of have ended
         self._closed = True
         if context._closed:
             report_error(

@@ -441,6 +441,13 @@ class Buffer(Resource):
         if status:
             self._release_failed(status, call)
 
+    def _frees_after_context_sync(self) -> bool:
+        mr = self._mr
+        if mr is not None:
+            return mr._free_syncs_context(self)  # type: ignore[no-any-return]
+        stream = self._stream
+        return stream is not None and stream._closed  # _sync_then_free
+
     def _release(self, raising: bool) -> tuple[Any, str]:
         mr = self._mr
         if mr is not None:
@@ -775,6 +782,10 @@ class PinnedBuffer(Resource):
                     self._release_failed(status, call)
                 return
         super().close()
+
+    def _frees_after_context_sync(self) -> bool:
+        mr = self._mr
+        return mr is not None and mr._free_syncs_context(self)
 
     def _release(self, raising: bool) -> tuple[Any, str]:
         mr = self._mr

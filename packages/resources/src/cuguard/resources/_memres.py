@@ -182,6 +182,11 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
         (switch with ``cleanup_in``, report, never raise).
         """
 
+    def _free_syncs_context(self, buffer: B) -> bool:
+        """Whether :meth:`_free` of ``buffer`` without a stream calls ``cuCtxSynchronize`` (its collection then waits
+        for the captures of its context cuguard knows of, ``_base.capture_began``)."""
+        return False
+
     def _release_buffer(self, buffer: B, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         """Called by a buffer's release (explicit or on collection): free it and keep the count."""
         self._live.pop(buffer, None)

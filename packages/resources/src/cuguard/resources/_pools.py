@@ -378,6 +378,10 @@ class _PoolResource(MemoryResource[Any], Resource):
             self._leaked += sum(leaks)
             raise
 
+    def _free_syncs_context(self, buffer: Any) -> bool:
+        stream = buffer._stream if isinstance(buffer, Buffer) else buffer._mr_data
+        return stream is None or bool(stream._closed)
+
     def _free(self, buffer: Any, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         if stream is None:
             stream = buffer._stream if isinstance(buffer, Buffer) else buffer._mr_data

@@ -451,6 +451,9 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
 
     # --- release ----------------------------------------------------------------------------
 
+    def _free_syncs_context(self, buffer: Buffer) -> bool:
+        return True  # _teardown synchronizes the context before unmapping
+
     def _free(self, buffer: Buffer, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         layout: _Layout = buffer._mr_data  # type: ignore[assignment]
         return buffer._release_in_context(raising, lambda handle: _teardown(layout))

@@ -386,6 +386,14 @@ class Session:
         # G1: a call that raised created nothing
         failed = {h for c in log if c.status and c.name in RELEASE_CALLS and c.args for h in [_handle(c.args[0])]}
         slot.failed_releases |= failed
+        if exc is not None and type(exc).__name__ == "CUDAError" and "was leaked" in str(exc):
+            # An explicit release the driver refused (cuCtxSynchronize during a capture of the context, say)
+            # leaked the object on purpose, and a pool's buffer keeps its pool with it (W5).
+            for _, obj in involved:
+                for holder in (obj, getattr(obj, "_mr", None)):
+                    handle = getattr(holder, "_handle", None)
+                    if handle is not None:
+                        slot.failed_releases.add(_handle(handle))
         if exc is not None and fault_active:
             # an explicit close (or any call) that failed under a fault may leak what it touched, on purpose (W5)
             for _, obj in involved:

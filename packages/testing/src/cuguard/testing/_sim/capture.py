@@ -39,7 +39,12 @@ Rules (documented in the CUDA driver API unless marked assumed):
   capture of its own begun in global or thread-local mode; a thread in global
   mode is also prohibited while another thread has a capture begun in global
   mode; a thread in relaxed mode never is. The captures that prohibited the
-  call are invalidated (assumed).
+  call are invalidated (assumed). ``cuMemAllocManaged`` is one of them (as on
+  an H200).
+- ``cuCtxSynchronize`` while any stream of the current context is capturing
+  is ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates those captures,
+  whatever the calling thread's mode (relaxed too: as on an H200, for a
+  capture begun in global mode; assumed for the other modes).
 - ``cuStreamEndCapture`` on the stream that began the capture ends it for
   every stream taking part and returns the graph. An invalidated capture
   returns ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`` and no graph: the driver
@@ -66,7 +71,9 @@ Rules (documented in the CUDA driver API unless marked assumed):
   ``cuStreamUpdateCaptureDependencies`` adds to (flags 0) or replaces (flags 1)
   the stream's dependencies with nodes of the capture's graph.
 - Destroying a capturing stream takes it out of its capture and invalidates
-  the capture (assumed).
+  the capture (assumed); destroying the stream that began it ends the capture
+  for every stream taking part and destroys its graph (unless captured into an
+  existing graph), so it prohibits nothing any more (assumed).
 
 A captured kernel launch is a kernel node of the kernel, its dimensions and
 its arguments (``cuGraphKernelNodeGetParams`` returns ``None`` for it: the
@@ -86,6 +93,7 @@ from cuda.bindings import driver as cb
 from cuguard.testing._bindings import EDGE_DATA
 from cuguard.testing._sim.core import DEVICE_BASE, OK, SUCCESS, Status, api, h
 from cuguard.testing._sim.graphs import Graph, KernelSpec, Node, SimGraphs
+from cuguard.testing._sim.queries import SimQueries
 from cuguard.testing._sim.state import Event, Function, Stream
 
 __all__ = ["Capture", "CapturedWork", "SimCapture"]
@@ -115,6 +123,7 @@ UNSAFE_DURING_CAPTURE: frozenset[str] = frozenset(
         "cuMemFree",
         "cuMemAllocHost",
         "cuMemHostAlloc",
+        "cuMemAllocManaged",
         "cuMemFreeHost",
         "cuCtxSynchronize",
         "cuMemcpy",
@@ -505,6 +514,10 @@ class SimCapture(SimGraphs):
                     if st is not cap.origin:
                         del cap.streams[st.key]
                         cap.deps.pop(st.key, None)
+                    else:  # nothing can end it any more: it ends with its stream, and its graph goes
+                        self._leave(cap)
+                        if not cap.to_graph:
+                            self._destroy_graph(cap.graph)
         return super().cuStreamDestroy(hStream)
 
     def _open_capture_event(self, hEvent: Any) -> tuple[Capture, list[Node]] | None:
@@ -640,11 +653,20 @@ class SimCapture(SimGraphs):
     # --- potentially unsafe calls -------------------------------------------------------------
 
     def _refuse_unsafe(self, name: str) -> bool:
-        """Whether this thread's capture mode prohibits the unsafe call ``name`` now; those captures are invalidated."""
+        """Whether this thread's capture mode prohibits the unsafe call ``name`` now; those captures are invalidated.
+
+        ``cuCtxSynchronize`` is also refused while a stream of the current context captures, whatever the
+        thread's mode (as on an H200): those captures are invalidated too.
+        """
         if not self._open_captures or not self._passes_gate(name):
             return False
         with self._lock:
             prohibiting = self._prohibiting()
+            if name == "cuCtxSynchronize":
+                ctx = self._current()
+                for cap in self._open_captures.values():
+                    if cap not in prohibiting and any(st.ctx is ctx for st in cap.streams.values()):
+                        prohibiting.append(cap)
             for cap in prohibiting:
                 self._invalidate(cap)
             return bool(prohibiting)
@@ -660,8 +682,9 @@ def _guard(name: str, outputs: int) -> Callable[..., tuple[Any, ...]]:
         return result
 
     guarded.__name__ = guarded.__qualname__ = name
-    guarded.__wrapped__ = getattr(SimGraphs, name)  # type: ignore[attr-defined]  # its signature and documentation
-    guarded.__doc__ = getattr(SimGraphs, name).__doc__
+    original = getattr(SimGraphs, name, None) or getattr(SimQueries, name)
+    guarded.__wrapped__ = original  # type: ignore[attr-defined]  # its signature and documentation
+    guarded.__doc__ = original.__doc__
     return guarded
 
 
@@ -670,6 +693,7 @@ for _name, _outputs in (
     ("cuMemFree", 0),
     ("cuMemAllocHost", 1),
     ("cuMemHostAlloc", 1),
+    ("cuMemAllocManaged", 1),
     ("cuMemFreeHost", 0),
     ("cuCtxSynchronize", 0),
     ("cuMemcpy", 0),
