@@ -2226,6 +2226,33 @@ def capture_relaxed_thread_frees_during_a_capture(d: Any) -> Obs:
 
 
 @scenario
+def capture_sync_by_mode_and_destroyed_stream(d: Any) -> Obs:
+    # cuCtxSynchronize while a capture begun in each mode runs on a stream of the context (the thread
+    # in the same mode), and what destroying a capturing stream does: its status, then a sync.
+    out: Obs = []
+    with Ctx(d):
+        for mode in (_CAP.CU_STREAM_CAPTURE_MODE_RELAXED, _CAP.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL):
+            s = ok(d.cuStreamCreate(1))
+            old = d.cuThreadExchangeStreamCaptureMode(mode)[1]
+            ok(d.cuStreamBeginCapture(s, mode))
+            try:
+                out.append([mode.name, name(d.cuCtxSynchronize()[0]), _capturing(d, s), _ended(d, s)[0]])
+            finally:
+                _end_quietly(d, s)
+                d.cuThreadExchangeStreamCaptureMode(old)
+            d.cuStreamDestroy(s)
+        s = ok(d.cuStreamCreate(1))
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        out.append(["destroy while capturing", name(d.cuStreamDestroy(s)[0])])
+        out.append(["sync after", name(d.cuCtxSynchronize()[0])])
+        p = d.cuMemAlloc(4)
+        out.append(["alloc after", name(p[0])])
+        if not int(p[0]):
+            d.cuMemFree(p[1])
+    return out
+
+
+@scenario
 def capture_ended_from_another_thread(d: Any) -> Obs:
     out: Obs = []
     with Ctx(d) as ctx:
