@@ -182,7 +182,6 @@ def test_fork_and_join_through_events(drv: SimulatedDriver) -> None:
     drv.cuStreamBeginCapture(main, GLOBAL)
     drv.cuMemsetD8Async(ptr, 1, 4, main)
     assert drv.cuEventRecord(fork, main) == (OK,)
-    assert drv.cuEventQuery(fork) == (R.CUDA_ERROR_CAPTURED_EVENT,)
     assert drv.cuStreamWaitEvent(side, fork, 0) == (OK,)
     assert drv.cuStreamIsCapturing(side) == (OK, S.CU_STREAM_CAPTURE_STATUS_ACTIVE)
     drv.cuMemsetD8Async(int(ptr) + 4, 2, 4, side)
@@ -199,6 +198,24 @@ def test_fork_and_join_through_events(drv: SimulatedDriver) -> None:
     for ev in (fork, join):
         drv.cuEventDestroy(ev)
     drv.cuMemFree(ptr)
+    drv.cuStreamDestroy(main)
+    drv.cuStreamDestroy(side)
+
+
+@pytest.mark.contract("B2")
+def test_querying_a_captured_event_invalidates_its_capture(drv: SimulatedDriver) -> None:
+    # The H200: the query is CUDA_ERROR_CAPTURED_EVENT and the capture is invalidated; a stream
+    # that then waits for the event is CUDA_ERROR_INVALID_VALUE and does not join.
+    main, side = _stream(drv), _stream(drv)
+    _, fork = drv.cuEventCreate(0)
+    drv.cuStreamBeginCapture(main, GLOBAL)
+    assert drv.cuEventRecord(fork, main) == (OK,)
+    assert drv.cuEventQuery(fork) == (R.CUDA_ERROR_CAPTURED_EVENT,)
+    assert drv.cuStreamIsCapturing(main) == (OK, S.CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+    assert drv.cuStreamWaitEvent(side, fork, 0) == (R.CUDA_ERROR_INVALID_VALUE,)
+    assert drv.cuStreamIsCapturing(side) == (OK, S.CU_STREAM_CAPTURE_STATUS_NONE)
+    assert drv.cuStreamEndCapture(main) == (R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+    drv.cuEventDestroy(fork)
     drv.cuStreamDestroy(main)
     drv.cuStreamDestroy(side)
 

@@ -20,7 +20,8 @@ Rules (documented in the CUDA driver API unless marked assumed):
   ``CUDA_ERROR_STREAM_CAPTURE_MERGE`` and invalidates both captures, an event
   recorded outside the capture is ``CUDA_ERROR_STREAM_CAPTURE_ISOLATION`` and
   invalidates the waiting stream's capture. Querying or synchronizing an event recorded in a capture
-  in progress is ``CUDA_ERROR_CAPTURED_EVENT``.
+  in progress is ``CUDA_ERROR_CAPTURED_EVENT``; the query invalidates that capture (H200), and a
+  stream not capturing that then waits for the event is ``CUDA_ERROR_INVALID_VALUE`` and stays out.
 - Synchronizing or querying a capturing stream is
   ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates its capture;
   using the legacy NULL stream (queuing work on it, synchronizing, querying
@@ -568,7 +569,7 @@ class SimCapture(SimGraphs):
             source, nodes = mark
             if cap is None:  # a fork: the stream joins the capture
                 if source.invalidated:
-                    return (INVALIDATED,)
+                    return (INVALID_VALUE,)  # a fork from an invalidated capture (H200); the stream stays out
                 st.capture = source
                 source.streams[st.key] = st
                 source.deps[st.key] = list(nodes)
@@ -584,7 +585,9 @@ class SimCapture(SimGraphs):
     def cuEventQuery(self, hEvent: Any) -> tuple[Any, ...]:
         if self._open_captures and self._passes_gate("cuEventQuery"):
             with self._lock:
-                if self._open_capture_event(hEvent) is not None:
+                mark = self._open_capture_event(hEvent)
+                if mark is not None:
+                    self._invalidate(mark[0])  # the H200 invalidated the capture the event was recorded in
                     return (R.CUDA_ERROR_CAPTURED_EVENT,)
         return super().cuEventQuery(hEvent)  # type: ignore[no-any-return]
 
