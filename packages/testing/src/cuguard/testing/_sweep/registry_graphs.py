@@ -145,14 +145,6 @@ def _probe_capture_conditional(env: Env, s: Any) -> None:
     _probe_builder(env, s)
 
 
-def _capture_conditional(method: str) -> Callable[[Env, Any], Any]:
-    def op(env: Env, s: Any) -> Any:
-        build = getattr(s.b, method)
-        return build(s.cond, 3) if method == "switch" else build(s.cond)
-
-    return op
-
-
 def _collected_builder(env: Env) -> SimpleNamespace:
     s = with_module(env)
     s.b = env.graphs.GraphBuilder(s.stream)  # not owned: the operation drops it
@@ -193,7 +185,7 @@ def capture_scenarios() -> list[Scenario]:
     add(_B + "create_condition", _building, lambda e, s: s.b.create_condition(1), probe=cprobe, state=state)
     for method in ("if_then", "if_else", "while_loop", "switch"):
         # Not all-or-nothing: a failed dependency update abandons the capture (as embed() documents).
-        add(_B + method, _building_with_condition, _capture_conditional(method), probe=cprobe, releases=True)
+        add(_B + method, _building_with_condition, _conditional_builder(method, "b"), probe=cprobe, releases=True)
     add(
         _B + "begin_building[body]",
         _with_captured_body,
