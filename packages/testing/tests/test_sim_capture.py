@@ -302,8 +302,9 @@ def test_host_and_managed_allocation_are_unsafe_during_a_capture(drv: SimulatedD
 @pytest.mark.contract("B2")
 @pytest.mark.parametrize("capture_mode", [GLOBAL, RELAXED])
 def test_synchronizing_the_context_of_a_capture_invalidates_it_in_any_thread_mode(
-    drv: SimulatedDriver, capture_mode: Any
+    drv: SimulatedDriver, capture_mode: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("cuguard.testing._sim.capture.ENFORCE_SYNC_DURING_CAPTURE", True)
     # As on an H200 (a global-mode capture, the thread in relaxed mode): cuCtxSynchronize is refused
     # and the capture invalidated, while cuMemFree in relaxed mode is not.
     stream = _stream(drv, 1)
