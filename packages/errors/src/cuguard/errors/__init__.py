@@ -22,11 +22,23 @@ Public surface:
 - ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
   release thread: :func:`defer`, :func:`flush_deferred`, :func:`deferred_count`, :func:`enter_driver_callback`,
   :func:`exit_driver_callback`, :func:`in_driver_callback`; :func:`wrong_kind`, the message of
-  every argument check.
+  every argument check;
+- the one check of integer arguments (sizes, counts, ordinals, flags, dimensions; E3):
+  :func:`int_argument` (NumPy integers accepted, bools and floats refused, the driver type's
+  range enforced: :data:`SIZE_LIMIT`, :data:`UINT_LIMIT`, :data:`INT_LIMIT`), :func:`is_integer`,
+  :func:`out_of_range`, and of status codes: :func:`status_argument`, :func:`is_driver_status`.
 """
 
 from __future__ import annotations
 
+from cuguard.errors._arguments import INT_LIMIT as INT_LIMIT
+from cuguard.errors._arguments import SIZE_LIMIT as SIZE_LIMIT
+from cuguard.errors._arguments import UINT_LIMIT as UINT_LIMIT
+from cuguard.errors._arguments import int_argument as int_argument
+from cuguard.errors._arguments import is_driver_status as is_driver_status
+from cuguard.errors._arguments import is_integer as is_integer
+from cuguard.errors._arguments import out_of_range as out_of_range
+from cuguard.errors._arguments import status_argument as status_argument
 from cuguard.errors._exceptions import CUDADriverNotFoundError as CUDADriverNotFoundError
 from cuguard.errors._exceptions import CUDAError as CUDAError
 from cuguard.errors._exceptions import CUDAWarning as CUDAWarning
@@ -76,7 +88,10 @@ from cuguard.errors._table import driver_entry as _driver_entry
 
 __all__ = [
     "DRIVER_VARIABLE",
+    "INT_LIMIT",
     "RESTORE_CONTEXT",
+    "SIZE_LIMIT",
+    "UINT_LIMIT",
     "CUDADriverNotFoundError",
     "CUDAError",
     "CUDAWarning",
@@ -112,14 +127,19 @@ __all__ = [
     "in_driver_callback",
     "install_driver",
     "installed_driver",
+    "int_argument",
     "internal_error",
+    "is_driver_status",
+    "is_integer",
     "is_sticky",
     "on_driver_change",
+    "out_of_range",
     "raise_status",
     "real_driver",
     "refuse_construction",
     "report",
     "report_error",
+    "status_argument",
     "use_driver",
     "wrong_kind",
 ]
