@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -21,12 +20,13 @@ from cuguard.errors import (
     Unique,
     add_failure_note,
     call_unraisable,
+    collection_deferred,
     defer,
+    deferring_lock,
     driver,
     driver_state,
     driver_token,
     format_handle,
-    in_driver_callback,
     on_driver_change,
     raise_status,
     refuse_construction,
@@ -39,7 +39,7 @@ __all__ = ["Context", "call_in", "cleanup_in", "init_driver"]
 
 T = TypeVar("T")
 
-_init_lock = threading.Lock()
+_init_lock = deferring_lock()
 _initialized_for: list[Any] = []
 
 
@@ -382,10 +382,14 @@ class Context(Unique):
             # O3: its driver is gone (a simulator of an earlier test); releasing
             # into the driver installed now would hit a stranger.
             return
-        if in_driver_callback():
-            defer(self._collect)  # O5: no CUDA call on the driver's thread
-        elif _gc_running:
-            _after_gc.append(self)  # O6: its resources in the same garbage go first
+        if _gc_running:
+            # O6: its resources in the same garbage go first. Nothing more here: this thread may
+            # hold a cuguard lock (the registry's, say) that the destroy takes; _gc_phase decides.
+            _after_gc.append(self)
+        elif collection_deferred():
+            # O5: no CUDA call on the driver's thread; S2: this thread holds a cuguard lock,
+            # which the destroy may take again (_record_destroyed takes the registry's).
+            defer(self._collect)
         else:
             self._collect()
 
@@ -425,8 +429,8 @@ class Context(Unique):
 
 _DESTROYED = "destroyed contexts"  # driver_state() key: ints of contexts cuguard destroyed (O4)
 _PRIMARY = "primary contexts"  # driver_state() key: ordinal -> the held primary Context (O2)
-_primary_lock = threading.Lock()
-_registry_lock = threading.Lock()
+_primary_lock = deferring_lock()
+_registry_lock = deferring_lock()
 # Every Context object, by identity (contexts compare equal by handle, so no set would do).
 _contexts: weakref.WeakValueDictionary[int, Context] = weakref.WeakValueDictionary()
 
@@ -509,11 +513,15 @@ def _gc_phase(phase: str, info: dict[str, int], _finalizing: Callable[[], bool] 
         return
     pending = _after_gc[:]
     del _after_gc[:]
-    for ctx in pending:
-        if in_driver_callback():
+    if collection_deferred():
+        # A collection inside a CUDA callback (O5) or while this thread holds a cuguard lock that
+        # the destroy may take again (S2): the release thread destroys them, after the releases
+        # this collection handed it (O6 keeps its order there).
+        for ctx in pending:
             defer(ctx._collect)
-        else:
-            call_unraisable(ctx._collect, what="collection of a CUDA context")
+        return
+    for ctx in pending:
+        call_unraisable(ctx._collect, what="collection of a CUDA context")
 
 
 gc.callbacks.append(_gc_phase)

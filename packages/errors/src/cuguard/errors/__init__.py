@@ -21,8 +21,9 @@ Public surface:
   attribution with :func:`attribute_faults` / ``CUGUARD_ATTRIBUTE_FAULTS=1``, :func:`attributing`;
 - ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
   release thread: :func:`defer`, :func:`flush_deferred`, :func:`deferred_count`, :func:`enter_driver_callback`,
-  :func:`exit_driver_callback`, :func:`in_driver_callback`; :func:`wrong_kind`, the message of
-  every argument check;
+  :func:`exit_driver_callback`, :func:`in_driver_callback`; cuguard's one lock, under which garbage
+  collection is deferred to the release thread (S2): :func:`deferring_lock`, :func:`collection_deferred`;
+  :func:`wrong_kind`, the message of every argument check;
 - the one check of integer arguments (sizes, counts, ordinals, flags, dimensions; E3):
   :func:`int_argument` (NumPy integers accepted, bools and floats refused, the driver type's
   range enforced: :data:`SIZE_LIMIT`, :data:`UINT_LIMIT`, :data:`INT_LIMIT`), :func:`is_integer`,
@@ -48,6 +49,8 @@ from cuguard.errors._exceptions import NVRTCError as NVRTCError
 from cuguard.errors._exceptions import NVVMError as NVVMError
 from cuguard.errors._exceptions import ResourceClosedError as ResourceClosedError
 from cuguard.errors._exceptions import StickyCUDAError as StickyCUDAError
+from cuguard.errors._locks import collection_deferred as collection_deferred
+from cuguard.errors._locks import deferring_lock as deferring_lock
 from cuguard.errors._ownership import Unique as Unique
 from cuguard.errors._ownership import defer as defer
 from cuguard.errors._ownership import deferred_count as deferred_count
@@ -109,9 +112,11 @@ __all__ = [
     "attributing",
     "call_unraisable",
     "check",
+    "collection_deferred",
     "defer",
     "default_driver_choice",
     "deferred_count",
+    "deferring_lock",
     "driver",
     "driver_state",
     "driver_token",

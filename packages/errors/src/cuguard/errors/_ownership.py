@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from cuguard.errors import _seam
+from cuguard.errors._locks import _state, deferring_lock
 
 __all__ = [
     "Unique",
@@ -75,36 +76,43 @@ def refuse_construction(cls: type, factory: str) -> NoReturn:
 
 # --- the driver's callback threads ------------------------------------------------------------
 
-_tls = threading.local()
+# The thread's state lives with cuguard's lock (cuguard.errors._locks): one counter there says
+# whether releases are deferred (inside a callback or while holding a cuguard lock), another
+# whether the thread runs a callback.
 
 
 def enter_driver_callback() -> None:
     """Mark the calling thread as running inside a CUDA host function or destructor.
 
     Until :func:`exit_driver_callback`, releases that become due on this thread
-    are handed to the release thread, and cuguard calls made here raise
+    are handed to the release thread (:func:`~cuguard.errors.collection_deferred`
+    is true), and cuguard calls made here raise
     :class:`~cuguard.errors.CUDAError` (``CUDA_ERROR_NOT_PERMITTED``) before
     reaching the driver, which forbids them (O5).
     """
-    _tls.depth = getattr(_tls, "depth", 0) + 1
+    state = _state
+    state.depth += 1
+    state.deferring += 1
     _seam.callbacks_started()
 
 
 def exit_driver_callback() -> None:
     """Undo :func:`enter_driver_callback`."""
-    _tls.depth = getattr(_tls, "depth", 1) - 1
+    state = _state
+    state.depth -= 1
+    state.deferring -= 1
     _seam.callbacks_ended()
 
 
 def in_driver_callback() -> bool:
     """Whether the calling thread is inside a CUDA host function or destructor, where CUDA forbids API calls."""
-    return getattr(_tls, "depth", 0) > 0
+    return _state.depth > 0
 
 
 # --- the release thread -----------------------------------------------------------------------
 
 _queue: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]] | threading.Event] = queue.SimpleQueue()
-_thread_lock = threading.Lock()
+_thread_lock = deferring_lock()
 _thread: list[threading.Thread] = []
 _put = _queue.put
 
@@ -135,11 +143,17 @@ def deferred_count() -> int:
 def _ensure_thread() -> None:
     if _thread:
         return
-    with _thread_lock:
+    # Not blocking: a collection while this thread starts the release thread hands its releases
+    # over here again (they are queued already, and the thread being started will take them).
+    if not _thread_lock.acquire(blocking=False):
+        return
+    try:
         if not _thread:
             thread = threading.Thread(target=_release_loop, name="cuguard-release", daemon=True)
             thread.start()
             _thread.append(thread)
+    finally:
+        _thread_lock.release()
 
 
 def defer(fn: Callable[..., object], *args: Any) -> None:
@@ -153,8 +167,8 @@ def defer(fn: Callable[..., object], *args: Any) -> None:
     """
     if sys.is_finalizing():
         return
+    _put((fn, args))  # first: starting the thread may run a collection that defers here again
     _ensure_thread()
-    _put((fn, args))
 
 
 def flush_deferred(timeout: float | None = None) -> bool:
@@ -165,8 +179,10 @@ def flush_deferred(timeout: float | None = None) -> bool:
     once (it would wait for itself).
     """
     if not _thread:
-        return True  # nothing was ever handed over
-    if sys.is_finalizing() or in_driver_callback() or threading.current_thread() is _thread[0]:
+        if _queue.empty():
+            return True  # nothing was ever handed over
+        _ensure_thread()
+    if sys.is_finalizing() or in_driver_callback() or (_thread and threading.current_thread() is _thread[0]):
         return False
     done = threading.Event()
     _put(done)

@@ -16,12 +16,12 @@ interpreter is finalizing nothing is reported at all (S1).
 from __future__ import annotations
 
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from cuguard.errors._exceptions import CUDAError, CUDAWarning, _status_code
+from cuguard.errors._locks import deferring_lock
 from cuguard.errors._table import DEINITIALIZED, driver_entry
 
 __all__ = [
@@ -192,7 +192,7 @@ def call_unraisable(fn: Callable[..., Any], *args: Any, what: str = "CUDA callba
 
 
 _ARGS_TYPE: list[Any] = []
-_ARGS_LOCK = threading.Lock()
+_ARGS_LOCK = deferring_lock()
 
 
 class _ProbeError(Exception):

@@ -26,13 +26,13 @@ installing ``None`` later returns to it.
 from __future__ import annotations
 
 import os
-import threading
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
 from cuguard.errors._exceptions import CUDADriverNotFoundError, CUDAError
+from cuguard.errors._locks import deferring_lock
 
 __all__ = [
     "DRIVER_VARIABLE",
@@ -61,7 +61,7 @@ __all__ = [
 #: as ``cuCtxSetCurrent``, which is what they are.
 RESTORE_CONTEXT = "cuguardRestoreContext"
 
-_lock = threading.Lock()
+_lock = deferring_lock()
 _active: Any = None
 _real: Any = None
 _REAL_TOKEN = object()
@@ -127,7 +127,7 @@ def _resolve_default() -> None:
             _reroute()
 
 
-_choice_lock = threading.RLock()
+_choice_lock = deferring_lock(reentrant=True)
 _resolving: list[bool] = []
 
 
@@ -196,7 +196,7 @@ driver = DriverSeam()
 
 # How many CUDA callbacks (host functions, user-object destructors) run now, on any thread.
 _callbacks_running = [0]
-_callbacks_lock = threading.Lock()
+_callbacks_lock = deferring_lock()
 _NOT_PERMITTED = 800  # CUDA_ERROR_NOT_PERMITTED: what the driver itself answers there
 _CALLBACK_SAFE = frozenset({"cuGetErrorName", "cuGetErrorString"})
 
@@ -239,7 +239,7 @@ def callbacks_ended() -> None:
 
 # Told whether calls go straight to the real bindings (see on_route_change).
 _route_listeners: list[Callable[[bool], None]] = []
-_route_lock = threading.RLock()
+_route_lock = deferring_lock(reentrant=True)
 _direct = [False]
 
 

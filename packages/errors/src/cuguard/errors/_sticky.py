@@ -15,15 +15,16 @@ with :func:`attribute_faults`.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from cuguard.errors._locks import deferring_lock
 
 __all__ = ["attribute_faults", "attributing"]
 
 #: Read by the launch paths on every launch: a list, so the hot path is one index.
 ON = [os.environ.get("CUGUARD_ATTRIBUTE_FAULTS", "").strip().lower() not in ("", "0", "false", "no", "off")]
-_lock = threading.Lock()
+_lock = deferring_lock()
 
 
 def attributing() -> bool:

@@ -961,6 +961,8 @@ NO_DRIVER_CALL: dict[str, str] = {
     "errors.defer": "queues work for cuguard's release thread; makes no driver call itself",
     "errors.deferred_count": "reads a counter of the release thread: no driver call",
     "errors.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
+    "errors.deferring_lock": "makes a lock for cuguard's own bookkeeping: no driver call",
+    "errors.collection_deferred": "reads a thread-local counter: no driver call",
     "context.Context()": "refused with TypeError: contexts come from the class methods",
     "context.Context.wrap": "wraps a handle; no driver call",
     "context.Context.handle": _NO_CALL_RESOURCE,
