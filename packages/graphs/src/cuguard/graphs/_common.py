@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cuguard.context import Context
-from cuguard.errors import ResourceClosedError, Unique, defer, driver_token, in_driver_callback
+from cuguard.errors import ResourceClosedError, Unique, collection_deferred, defer, driver_token
 from cuguard.resources import Event, Module
 
 __all__: list[str] = []
@@ -44,7 +44,7 @@ class _Collected(Unique):
             return
         if self._driver is not driver_token():
             return  # its driver was uninstalled: nothing of it is released here or said (O3)
-        if in_driver_callback():
+        if collection_deferred():
             defer(self._collect)  # O5: never call CUDA from the driver's thread
             return
         self._collect()

@@ -18,7 +18,6 @@ cuguard's release thread.
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -28,10 +27,11 @@ from cuguard.errors import (
     ResourceClosedError,
     Unique,
     add_failure_note,
+    collection_deferred,
     defer,
+    deferring_lock,
     driver,
     format_handle,
-    in_driver_callback,
     refuse_construction,
     report,
     report_error,
@@ -91,7 +91,7 @@ class _Captures:
         self.waiting: list[Resource] = []
 
 
-_captures_lock = threading.Lock()
+_captures_lock = deferring_lock()
 _captures: dict[int, _Captures] = {}  # id(context) -> its captures in progress
 
 
@@ -337,7 +337,7 @@ class Resource(Unique):
             # Not ours to release, or of a driver that is no longer installed:
             # nothing is released and nothing is said (O3).
             return
-        if in_driver_callback():
+        if collection_deferred():
             defer(self._collect)  # O5: never call CUDA from the driver's thread
             return
         self._collect()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.context._context import call_switched
-from cuguard.errors import ResourceClosedError, driver, driver_state, driver_token, raise_status
+from cuguard.errors import ResourceClosedError, deferring_lock, driver, driver_state, driver_token, raise_status
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._memory import _size as _check_size
@@ -76,7 +75,7 @@ def _fastpath_changed(ops: Any) -> None:
 
 follow_fastpath(_fastpath_changed)
 _DEVICES = "devices"  # driver_state() key: ordinal -> Device (O2)
-_devices_lock = threading.Lock()
+_devices_lock = deferring_lock()
 
 
 def _current_ordinal() -> int:

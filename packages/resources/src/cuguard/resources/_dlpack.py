@@ -29,8 +29,9 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
-import threading
 from typing import Any
+
+from cuguard.errors import deferring_lock
 
 __all__ = ["KDL_CUDA", "KDL_CUDA_HOST", "export", "import_capsule", "live_exports"]
 
@@ -109,7 +110,7 @@ _capsules: dict[int, Any] = {}
 _owners: dict[int, int] = {}  # id(owner) -> number of live exports
 # Re-entrant: a garbage collection inside a locked section may delete an imported tensor
 # (whose deleter comes back here) or run the collection hook, in the same thread.
-_lock = threading.RLock()
+_lock = deferring_lock(reentrant=True)
 
 
 def _refs(table: dict[int, Any], key: int) -> int:

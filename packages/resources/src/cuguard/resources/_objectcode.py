@@ -8,14 +8,14 @@ that :meth:`ObjectCode.get_kernel` loaded from it, one per context.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context
-from cuguard.errors import add_failure_note, wrong_kind
+from cuguard.errors import add_failure_note, deferring_lock, wrong_kind
 
 if TYPE_CHECKING:
+    from cuguard.errors._locks import DeferringLock
     from cuguard.resources._module import Kernel, Module
 
 __all__ = ["CODE_TYPES", "ObjectCode"]
@@ -49,7 +49,7 @@ class ObjectCode:
     _name: str
     _symbols: dict[str, str]
     _modules: list[Module]
-    _lock: threading.Lock
+    _lock: DeferringLock
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(
@@ -67,7 +67,7 @@ class ObjectCode:
         self._name = name
         self._symbols = dict(symbol_mapping or {})
         self._modules = []
-        self._lock = threading.Lock()
+        self._lock = deferring_lock()
         return self
 
     @classmethod

@@ -24,6 +24,7 @@ from cuguard.errors import (
     NVJitLinkError,
     NVRTCError,
     add_failure_note,
+    deferring_lock,
     report_error,
     wrong_kind,
 )
@@ -700,7 +701,7 @@ class ProgramCache:
         self._max = _count(max_entries, "max_entries", 1)
         self._directory = None if directory is None else os.fspath(directory)
         self._entries: OrderedDict[str, tuple[bytes, str, str, dict[str, str]]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = deferring_lock()
 
     @staticmethod
     def key(program: Program, target_type: str, name_expressions: Sequence[str] = ()) -> str:

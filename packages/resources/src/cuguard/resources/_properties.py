@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
-from cuguard.errors import driver, raise_status
+from cuguard.errors import deferring_lock, driver, raise_status
 
 if TYPE_CHECKING:
     from cuguard.resources._device import Device
@@ -42,7 +41,7 @@ _FLAGS = frozenset(
     }
 )
 _names: dict[str, Any] | None = None
-_names_lock = threading.Lock()
+_names_lock = deferring_lock()
 
 
 def _table() -> dict[str, Any]:

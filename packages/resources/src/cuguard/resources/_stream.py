@@ -6,7 +6,6 @@ import atexit
 import ctypes
 import itertools
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from cuguard.context import Context, call_in
 from cuguard.errors import (
     call_unraisable,
+    deferring_lock,
     driver,
     enter_driver_callback,
     exit_driver_callback,
@@ -37,7 +37,7 @@ __all__ = ["Event", "Stream", "as_stream", "refuse_capturing_allocation"]
 
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _pending: dict[int, tuple[Callable[[], object], Stream]] = {}
-_pending_lock = threading.Lock()
+_pending_lock = deferring_lock()
 _tokens = itertools.count(1)
 
 

@@ -17,7 +17,6 @@ when none is installed, and remove it when the last of them exits.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 from cuguard.errors import (
     RESTORE_CONTEXT,
     active_driver,
+    deferring_lock,
     first_sticky_fault,
     forget_sticky_fault,
     install_driver,
@@ -209,7 +209,7 @@ class FaultProxy:
         self.plans: list[FaultPlan] = []
         self.recorders: list[list[DriverCall]] = []
         self.live: dict[tuple[str, int], int] = {}
-        self._lock = threading.RLock()
+        self._lock = deferring_lock(reentrant=True)
         self._busy = False
 
     def __repr__(self) -> str:
@@ -295,7 +295,7 @@ class FaultProxy:
             return dict(self.live)
 
 
-_install_lock = threading.Lock()
+_install_lock = deferring_lock()
 _users = 0
 _installed: FaultProxy | None = None
 _previous: Any = None

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 from cuda.bindings import driver as cb
 
-from cuguard.errors import error_description, error_name, forget_driver
+from cuguard.errors import deferring_lock, error_description, error_name, forget_driver
 from cuguard.testing._bindings import CTX_CREATE_PARAMS
 from cuguard.testing._sim.accounting import (
     Changes,
@@ -85,7 +85,7 @@ _CALLBACK_SAFE = frozenset({"cuGetErrorName", "cuGetErrorString"})
 # handle one simulator issued is never issued by another in the same process:
 # a handle that outlived its simulator is always foreign to the next one.
 _handle_counter = itertools.count(_HANDLE_BASE + 0x200, 0x200)
-_address_lock = threading.Lock()
+_address_lock = deferring_lock()
 _next_address = [DEVICE_BASE]
 
 
@@ -448,7 +448,7 @@ class SimCore:
         #: Driver functions this driver library lacks although the bindings have them (an older
         #: driver than the bindings): cuda-bindings raises ``RuntimeError`` for each.
         self._missing = frozenset(missing_entry_points)
-        self._lock = threading.RLock()
+        self._lock = deferring_lock(reentrant=True)
         self._tls = threading.local()
         self._initialized = initialized
         self._poison: Any = None

@@ -13,10 +13,11 @@ simulator never pretends that a kernel ran.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from cuguard.errors import deferring_lock
 
 if TYPE_CHECKING:
     from cuguard.testing._sim.core import SimCore
@@ -34,7 +35,7 @@ __all__ = [
 StandIn = Callable[..., object]
 S = TypeVar("S", bound=StandIn)
 
-_lock = threading.Lock()
+_lock = deferring_lock()
 _registry: dict[str, StandIn] = {}
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Any, cast
+
+from cuguard.errors import deferring_lock
 
 __all__ = ["Worker"]
 
@@ -20,7 +23,9 @@ class Worker:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._cond = threading.Condition()
+        # cuguard's re-entrant lock (a collection while it is held is deferred); Condition takes any
+        # lock with acquire/release and the re-entrant lock's save/restore pair, which it has.
+        self._cond = threading.Condition(cast(Any, deferring_lock(reentrant=True)))
         self._queue: deque[tuple[int, Callable[[], None]]] = deque()
         self._thread: threading.Thread | None = None
         self._closed = False

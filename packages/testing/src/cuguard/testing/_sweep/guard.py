@@ -13,10 +13,9 @@ violation.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from cuguard.errors import RESTORE_CONTEXT
+from cuguard.errors import RESTORE_CONTEXT, deferring_lock
 
 __all__ = ["SafetyDriver"]
 
@@ -95,7 +94,7 @@ class SafetyDriver:
         self.inner = inner
         self.released: set[tuple[str, int]] = set()
         self.incidents: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = deferring_lock()
 
     @property
     def wrapped_driver(self) -> Any:

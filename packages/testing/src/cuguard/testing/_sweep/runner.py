@@ -27,7 +27,7 @@ import time
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,7 +40,7 @@ from cuguard.testing._sweep import registry
 from cuguard.testing._sweep.guard import SafetyDriver
 from cuguard.testing._sweep.registry import Env, Scenario
 
-__all__ = ["CONTEXTS", "MODES", "CaseKey", "ScenarioResult", "SweepResult", "Violation", "run_sweep"]
+__all__ = ["CONTEXTS", "MODES", "CaseHooks", "CaseKey", "ScenarioResult", "SweepResult", "Violation", "run_sweep"]
 
 OUT_OF_MEMORY = 2
 INVALID_VALUE = 1
@@ -289,6 +289,41 @@ def _describe(exc: BaseException) -> str:
 
 # --- one case ---------------------------------------------------------------------------------
 
+_Add = Callable[[str, str], None]
+
+
+class CaseHooks:
+    """What another sweep dimension adds to a fault-free case of :func:`_run_case` (no-ops here).
+
+    ``label`` is ``(mode, k, call)`` naming the case in its violations (a case with hooks and no
+    label is that dimension's recording run). :meth:`prepare` runs after the set-up (and its
+    collection), before anything is measured; :meth:`arm` wraps the operation; :meth:`after_op`
+    runs once the operation returned, before anything else is collected, with the operation's
+    warnings still recorded; :meth:`accounting` gets the simulator's changes over the case;
+    :meth:`after_teardown` runs once the case's objects are released.
+    """
+
+    label: tuple[str, int, str] | None = None
+
+    def prepare(self, env: Env, proxy: FaultProxy) -> None:
+        return None
+
+    def arm(self, env: Env, proxy: FaultProxy) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def after_op(self, env: Env, proxy: FaultProxy, result: Any, exc: BaseException | None, add: _Add) -> None:
+        return None
+
+    def accounting(self, changes: Any, add: _Add) -> None:
+        return None
+
+    def after_teardown(self, env: Env, proxy: FaultProxy, add: _Add) -> None:
+        return None
+
+    def foreign(self) -> set[int]:
+        """Handles of driver objects the case made besides the scenario's (left out of its accounting)."""
+        return set()
+
 
 @dataclass
 class _Outcome:
@@ -349,14 +384,21 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
     mode: str | None,
     k: int,
     baseline: list[DriverCall],
+    hooks: CaseHooks | None = None,
 ) -> _Outcome:
+    """Run one case: the fault-free run (``mode`` None) or call ``k`` failing in ``mode``.
+
+    ``hooks`` (fault-free runs only) add another dimension's steps and checks (:class:`CaseHooks`).
+    """
     violations: list[Violation] = []
     call_k = ""
     if mode is not None and 0 < k <= len(baseline):
         call_k = baseline[k - 1].name
+    label = (mode or "", k, call_k) if hooks is None or hooks.label is None else hooks.label
+    point = f" with a collection at {label[0]} k={label[1]} ({label[2]})" if label[0] and mode is None else ""
 
     def add(rule: str, detail: str) -> None:
-        violations.append(Violation(scn.name, scn.layer, ctx_mode, mode or "", k, call_k, rule, detail))
+        violations.append(Violation(scn.name, scn.layer, ctx_mode, label[0], label[1], label[2], rule, detail))
 
     log: list[DriverCall] = []
     with runtime.case() as (env, raw, proxy, sim):
@@ -366,6 +408,8 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
             if ctx_mode == "other":
                 runtime.other_context(env).set_current()
             gc.collect()
+            if hooks is not None:
+                hooks.prepare(env, proxy)
         except SimulatedCrash as crash:
             add("S2", f"set-up crashed the driver: {crash}")
             return _Outcome(log, violations)
@@ -390,10 +434,11 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
                     proxy.plans.append(plan)
                 proxy._refresh()
             try:
-                result = scn.op(env, state)
-                state._sweep_result = result
-                if scn.kind == "warn":
-                    gc.collect()
+                with hooks.arm(env, proxy) if hooks is not None else nullcontext():
+                    result = scn.op(env, state)
+                    state._sweep_result = result
+                    if scn.kind == "warn":
+                        gc.collect()
             except SimulatedCrash as crash:
                 crashed = crash
             except BaseException as error:  # noqa: BLE001 - checked below
@@ -406,11 +451,19 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
                     proxy._refresh()
             if sim is not None:
                 sim.drain()
+            if hooks is not None:
+                hooks.after_op(env, proxy, result, raised, add)
         exc = raised
         cuda_warnings = [str(w.message) for w in caught if issubclass(w.category, CUDAWarning)]
         if crashed is not None:
             add("S2", f"the operation crashed the driver: {crashed}")
-        if mode is None:
+        if mode is None and point:
+            # Nothing failed: the operation must succeed and stay silent, as in its fault-free run.
+            if exc is not None:
+                add("E1", f"the operation raised{point} (it succeeds without): {_describe(exc)}")
+            if cuda_warnings:
+                add("W1", f"warnings{point} (none without): {cuda_warnings}")
+        elif mode is None:
             if exc is not None:
                 add("scenario", f"the operation failed with no fault injected: {_describe(exc)}")
             if cuda_warnings:
@@ -421,6 +474,9 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
         gc.collect()
         if sim is not None and snapshot is not None:
             changes = sim.changes_since(snapshot)
+            if hooks is not None and (foreign := hooks.foreign()):
+                changes.created = [o for o in changes.created if int(o.handle) not in foreign]
+                changes.released = [o for o in changes.released if int(o.handle) not in foreign]
             failed = exc is not None or (mode is not None and scn.kind == "warn")
             released, ended = _failed_releases(log), _capture_end_refused(log)
             kept = [o for o in changes.created if o.handle not in released and not (ended and o.kind in _CAPTURE_HELD)]
@@ -436,9 +492,13 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
             ):
                 for incident in book:
                     add(rule, f"driver misuse: {incident}")
+            if hooks is not None:
+                hooks.accounting(changes, add)
         else:
             after = proxy.live_objects()
             before = ledger
+            if hooks is not None and (foreign := hooks.foreign()):
+                after = {key: n for key, n in after.items() if key[1] not in foreign}
             if exc is not None or (mode is not None and scn.kind == "warn"):
                 leaked, ended = _failed_releases(log), _capture_end_refused(log)
                 grown = {
@@ -498,6 +558,8 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
         if sim is None:
             _end_leftover_captures(raw, proxy)
         _teardown(env, state, raw, add)
+        if hooks is not None:
+            hooks.after_teardown(env, proxy, add)
         if sim is not None and snapshot_end is not None:
             sim.drain()
             changes = sim.changes_since(snapshot_end)
