@@ -11,6 +11,18 @@ graph callback nodes (including callbacks that drop the last reference to
 objects, or call cuguard), calls from fresh threads, and injects faults
 (``inject``, ``restore_fault``, ``sticky``, ``deinitialized``).
 
+Its state includes stream captures in progress (see
+:mod:`cuguard.testing._misuse.captures`): in each mode (``"global"``,
+``"thread_local"``, ``"relaxed"``), on the objects' own streams and on wrapped
+foreign streams, begun by the main thread or by the example's second thread,
+from the set-up on; steps begin, end, complete and abandon them, and every
+other step runs while they go on. Between steps the second thread acts on the
+shared objects (calls, closes, collections, launches, captures of its own). A
+step that does not finish in time is a hang (S2): reported, and the run stops
+(:mod:`cuguard.testing._misuse.threads`). The catalog covers every public
+callable of every layer: each has an operation or a written reason in
+:data:`cuguard.testing._misuse.catalog.COVERAGE` (a test keeps it so).
+
 After every step it checks (see :mod:`cuguard.testing._misuse.checks`):
 
 - E3: only ``TypeError``, ``ValueError``, ``ResourceClosedError``,
@@ -30,7 +42,13 @@ After every step it checks (see :mod:`cuguard.testing._misuse.checks`):
   with ``ResourceClosedError``; O4: so do objects of a context cuguard destroyed;
 - O6: collecting a cycle releases the resources before their context and
   reports nothing; no ``CUDAWarning`` when nothing failed, none about
-  ``CUDA_ERROR_DEINITIALIZED`` (W4).
+  ``CUDA_ERROR_DEINITIALIZED`` (W4);
+- G6: what cuguard does on its own behalf (bookkeeping, set-up, collection,
+  deferred releases) neither fails because of a capture nor invalidates one,
+  and no release is queued into a capture; what CUDA refuses of the user's own
+  requested work (an allocation or synchronization during a global-mode
+  capture, work queued on a capturing stream) is not a violation; W5: memory
+  that work captured into a graph uses is not freed while that graph exists.
 
 Run it with :func:`run_misuse_sweep`, ``nox -s misuse``, ``scripts/misuse`` or
 ``python -m cuguard.testing._misuse``; ``--driver real`` runs every example in

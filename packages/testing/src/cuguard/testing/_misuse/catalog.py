@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
+from types import FunctionType, SimpleNamespace
 from typing import Any
 
 from cuguard.errors import LibraryNotFoundError
-from cuguard.testing._misuse.model import MEMORY_RESOURCES, POOL_RESOURCES, SIZE, CallbackBoom
+from cuguard.testing._misuse.model import MEMORY_RESOURCES, POOL_RESOURCES, SIZE, CallbackBoom, Opaque
 
 __all__ = ["ANY", "CTX_HANDLE", "EDGE", "KERNEL_ARGS", "Op", "Param", "build_ops"]
 
@@ -150,6 +150,102 @@ def _boom() -> None:
     raise CallbackBoom("raised on purpose by a misuse-sweep callback")
 
 
+KERNEL_ATTRIBUTES = (
+    "num_regs",
+    "max_threads_per_block",
+    "shared_size_bytes",
+    "cluster_size_must_be_set",
+    "binary_version",
+    "cache_mode_ca",
+    "cluster_scheduling_policy_preference",
+    "const_size_bytes",
+    "local_size_bytes",
+    "max_dynamic_shared_size_bytes",
+    "non_portable_cluster_size_allowed",
+    "preferred_shared_memory_carveout",
+    "ptx_version",
+    "required_cluster_depth",
+    "required_cluster_height",
+    "required_cluster_width",
+)
+
+
+def _error(E: Any, code: Any, call: Any) -> tuple[Any, bool, str]:
+    """A ``CUDAError`` made directly, its ``is_sticky`` and its text."""
+    error = E.CUDAError(code, call)
+    return error, error.is_sticky, str(error)
+
+
+def _allocation_handle(mr: Any) -> tuple[int, bool]:
+    """Export ``mr``'s pool, read the handle and close it (``close()`` twice: idempotent)."""
+    handle = mr.get_allocation_handle()
+    fd = handle.fd
+    handle.close()
+    handle.close()
+    return fd, handle.closed
+
+
+def _import_pool(R: Any, mr: Any, device: Any) -> Any:
+    """Import ``mr``'s own pool in this process; the import is pooled (a second handle on one pool)."""
+    if not mr.is_ipc_enabled:  # no handle to import: the device is still checked first (E3)
+        return R.DeviceMemoryResource.from_allocation_handle(device, -1)
+    handle = mr.get_allocation_handle()
+    try:
+        return R.DeviceMemoryResource.from_allocation_handle(device, handle)
+    finally:
+        handle.close()
+
+
+def _memory_report(report: Any) -> tuple[int, int, int]:
+    return report.total, len(report.by_device), len(report.by_source)
+
+
+def _object_code_state(code: Any) -> tuple[Any, ...]:
+    return (len(code.code), code.code_type, code.name, dict(code.symbol_mapping))
+
+
+def _compile(R: Any, cache: Any, code_type: Any, target: Any, names: Any) -> Any:
+    """Compile the tiny program (through ``cache``), read what a Program reports, close it."""
+    program = R.Program(_TINY_CU, code_type, R.ProgramOptions(std="c++17"))
+    try:
+        key = R.ProgramCache.key(program, target, names) if isinstance(target, str) else None
+        code = program.compile(target, names, cache=cache)
+        if key is not None:
+            cache.put(key, code)
+            cache.get(key)
+        return (code, program.backend, program.code_type, len(program.code), program.options)
+    finally:
+        program.close()
+
+
+def _link_with(R: Any, data: bytes, arch: Any, target: Any) -> Any:
+    """Link ``data`` for ``arch``; read the linker's logs and backend; close it."""
+    linker = R.Linker(_object_code(R, data), options=R.LinkerOptions(arch=arch))
+    try:
+        code = linker.link(target)
+        return (code, linker.backend, linker.get_error_log(), linker.get_info_log())
+    finally:
+        linker.close()
+
+
+def _attributed_launch(  # noqa: PLR0917
+    E: Any, R: Any, stream: Any, config: Any, kernel: Any, args: tuple[Any, ...]
+) -> bool:
+    with E.attribute_faults():
+        R.launch(stream, config, kernel, *args)
+        return bool(E.attributing())
+
+
+def _describe() -> str:
+    return "a launch of the misuse sweep"
+
+
+def _in_capture_mode(G: Any, mode: Any) -> str:
+    """``with capture_mode(mode)`` around nothing; returns the previous mode (restored by the block's end)."""
+    with G.capture_mode(mode) as previous:
+        return str(previous)
+
+
 def _exit(obj: Any) -> BaseException:
     """``obj.__exit__`` while the body's exception propagates; returns that exception (to read its notes)."""
     body = ValueError("the with-block body failed")
@@ -172,12 +268,35 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add("errors.error_name", None, E.error_name, codes)
     add("errors.error_description", None, E.error_description, codes)
     add("errors.is_sticky", None, E.is_sticky, codes)
-    add("errors.CUDAError", None, E.CUDAError, codes, _v("call", "cuStreamCreate", None, 5, good=2))
+    add(
+        "errors.CUDAError",
+        None,
+        lambda code, call: _error(E, code, call),
+        codes,
+        _v("call", "cuStreamCreate", None, 5, good=2),
+    )
     add("errors.format_handle", None, E.format_handle, _v("handle", None, 0, 12345, "x", 1.5))
     add("errors.flush_deferred", None, E.flush_deferred, _v("timeout", None, 0, 1.0, 5))
     add("graphs.flush_deferred", None, G.flush_deferred, _v("timeout", None, 0, 1.0))
     add("graphs.pending_payloads", None, G.pending_payloads)
     add("errors.default_driver_choice", None, E.default_driver_choice)
+    integers = _v("value", 0, 64, 2**63, -1, 2**64, True, 1.5, None, "1", good=3)
+    add("errors.int_argument", None, lambda value: E.int_argument("size", value), integers)
+    add("errors.is_integer", None, E.is_integer, integers)
+    # no sticky codes: raising one records the process's first sticky fault (E5) for the rest of the example
+    statuses = _v("status", 1, 2, 201, 0, -1, 12345, 2**40, None, "x", 1.5, good=3)
+    add("errors.status_argument", None, lambda status: E.status_argument("code", status), statuses)
+    add("errors.is_driver_status", None, E.is_driver_status, statuses)
+    add("errors.check", None, lambda status: E.check(status, "cuStreamQuery"), statuses)
+    add("errors.raise_status", None, lambda status: E.raise_status(status, "cuStreamQuery"), statuses)
+    add(
+        "errors.wrong_kind",
+        None,
+        lambda value: (E.wrong_kind("stream", "a Stream", value), E.out_of_range("size", 5, 0, 4)),
+        _v("value", None, 5, "x", lambda: Opaque()),  # noqa: PLW0108 - a fresh object per draw
+    )
+    add("errors.internal_error", None, E.internal_error, _v("detail", "an invariant", "", None, good=2))
+    add("errors.attributing", None, E.attributing)
 
     # --- context -----------------------------------------------------------------------------
     add("context.init_driver", None, C.init_driver)
@@ -341,7 +460,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add("Event.query", "Event", lambda e: e.query())
     add("Event.elapsed_since", "Event", lambda e, s: e.elapsed_since(s), _p("start", EVENT, "Event"))
     add("Event.handle", "Event", lambda e: e.handle)
-    add("Event.timing", "Event", lambda e: (e.timing, e.device, e.context), uses_receiver=False)
+    add("Event.timing", "Event", lambda e: (e.timing, e.device, e.context, e.closed), uses_receiver=False)
 
     # --- resources: memory -------------------------------------------------------------------
     data = _p("src", MEMORY | HOST, "Buffer", values=())
@@ -369,11 +488,11 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _p("stream", STREAM, "Stream", optional=True),
         weight=2,
     )
-    add("Buffer.ptr", "Buffer", lambda b: (b.ptr, b.__cuda_array_interface__))
+    add("Buffer.ptr", "Buffer", lambda b: (b.ptr, b.handle, b.__cuda_array_interface__))
     add(
         "Buffer.size",
         "Buffer",
-        lambda b: (b.size, b.device, b.stream, b.closed, b.owned, b.__dlpack_device__()),
+        lambda b: (b.size, b.device, b.stream, b.closed, b.owned, b.context, b.__dlpack_device__()),
         uses_receiver=False,
     )
     add(
@@ -418,8 +537,13 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         lambda obj: R.Buffer.from_cuda_array_interface(obj).close(),
         _p("obj", frozenset({"Buffer"}), "__cuda_array_interface__"),
     )
-    add("PinnedBuffer.address", "PinnedBuffer", lambda p: p.address)
-    add("PinnedBuffer.size", "PinnedBuffer", lambda p: (p.size, p.closed, p.context), uses_receiver=False)
+    add("PinnedBuffer.address", "PinnedBuffer", lambda p: (p.address, p.handle))
+    add(
+        "PinnedBuffer.size",
+        "PinnedBuffer",
+        lambda p: (p.size, p.closed, p.context, p.memory_resource),
+        uses_receiver=False,
+    )
     add(
         "PinnedBuffer.numpy",
         "PinnedBuffer",
@@ -507,7 +631,15 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         add(
             f"{cls}.accounting",
             cls,
-            lambda mr: (mr.held, mr.leaked, len(mr.buffers), mr.device_id, mr.is_device_accessible, repr(mr)),
+            lambda mr: (
+                mr.held,
+                mr.leaked,
+                len(mr.buffers),
+                mr.device_id,
+                mr.is_device_accessible,
+                mr.is_host_accessible,
+                repr(mr),
+            ),
             uses_receiver=False,
         )
     for cls in POOL_RESOURCES:
@@ -536,13 +668,20 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         add(
             f"{cls}.state",
             cls,
-            lambda mr: (mr.owned, mr.closed, mr.is_ipc_enabled, mr.is_imported, mr.handle),
+            lambda mr: (mr.owned, mr.closed, mr.is_ipc_enabled, mr.is_imported, mr.context, mr.handle),
             uses_receiver=False,
         )
     add(
         "DeviceMemoryResource.get_allocation_handle",
         "DeviceMemoryResource",
-        lambda mr: mr.get_allocation_handle().close(),
+        _allocation_handle,
+    )
+    # The same process imports its own pool: one pool, one owner (the import shares the exporter's pool).
+    add(
+        "DeviceMemoryResource.from_allocation_handle",
+        "DeviceMemoryResource",
+        lambda mr, device: _import_pool(R, mr, device),
+        _p("device", DEVICE | {"int"}, "Device", values=(0, 1, -1)),
     )
     add(
         "VirtualMemoryResource.modify_allocation",
@@ -598,7 +737,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add(
         "resources.memory_in_use",
         None,
-        lambda collect: R.memory_in_use(collect=collect).total,
+        lambda collect: _memory_report(R.memory_in_use(collect=collect)),
         _v("collect", True, False),
     )
 
@@ -629,9 +768,28 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         kargs,
         weight=3,
     )
+    # A launch with fault attribution on (E5): a launch on a capturing stream must not synchronize it (G6).
+    add(
+        "errors.attribute_faults",
+        None,
+        lambda stream, config, kernel, *args: _attributed_launch(E, R, stream, config, kernel, args),
+        _p("stream", STREAM, "Stream"),
+        _p("config", CONFIG, "LaunchConfig"),
+        _p("kernel", KERNEL, "Kernel"),
+        kargs,
+        weight=2,
+    )
     add("pack_args", None, lambda *args: R.pack_args(args), kargs)
     add("Kernel.pack", "Kernel", lambda k, *args: k.pack(args)[0], kargs)
-    add("Kernel.parameters", "Kernel", lambda k: (k.parameters, k.name), uses_receiver=False)
+    add(
+        "Kernel.parameters",
+        "Kernel",
+        lambda k: ([p.kind for p in k.parameters], k.name),
+        uses_receiver=False,
+    )
+    add("Kernel.handle", "Kernel", lambda k: (k.handle, k.num_arguments))
+    add("Module.handle", "Module", lambda m: (m.handle, m.context, m.closed))
+    add("LaunchConfig.dims", "LaunchConfig", lambda c: (c.dims(), c.is_cooperative, c.shared_mem))
     add(
         "LaunchConfig[cluster]",
         None,
@@ -662,7 +820,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         "Kernel.attributes",
         "Kernel",
         lambda k, name: getattr(k.attributes, name)(),
-        _v("name", "num_regs", "max_threads_per_block", "shared_size_bytes", "cluster_size_must_be_set"),
+        _v("name", *KERNEL_ATTRIBUTES),
     )
     add(
         "Kernel.occupancy",
@@ -714,13 +872,20 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _v("module", image, b"", None, 5, good=2),
         _v("name", "", "kernels", None, good=2),
     )
+    for kind in ("cubin", "fatbin", "ltoir"):
+        add(
+            f"ObjectCode.from_{kind}",
+            None,
+            lambda data, name, kind=kind: _object_code_state(getattr(R.ObjectCode, f"from_{kind}")(data, name=name)),
+            _v("module", image, b"garbage", "text", b"", None, 5, good=3),
+            _v("name", "", "kernels", None, good=2),
+            extra_errors=(OSError,),  # documented: a str is the path of a file to read
+        )
     program_cache = R.ProgramCache()  # repeated compilations come from memory
     add(
         "Program.compile",
         None,
-        lambda code_type, target, names: R.Program(_TINY_CU, code_type, R.ProgramOptions(std="c++17")).compile(
-            target, names, cache=program_cache
-        ),
+        lambda code_type, target, names: _compile(R, program_cache, code_type, target, names),
         _v("code_type", "c++", "c++", "fortran", None, good=2),
         _v("target_type", "ptx", "ptx", "bogus", None, good=2),
         _v("name_expressions", (), ("tiny<int>",), "tiny<int>", (5,), good=2),
@@ -729,10 +894,35 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add(
         "Linker.link",
         None,
-        lambda arch, target: R.Linker(_object_code(R, image()), options=R.LinkerOptions(arch=arch)).link(target),
+        lambda arch, target: _link_with(R, image(), arch, target),
         _v("arch", "sm_90", None, "x", 5, good=1),
         _v("target_type", "cubin", "bogus", None, good=1),
         extra_errors=(LibraryNotFoundError,),  # documented: nvJitLink is not installed
+    )
+    add(
+        "link",
+        None,
+        R.link,
+        _v("images", lambda: [image()], lambda: (image(),), lambda: [b"garbage"], (), None, 5, lambda: [5], good=2),
+        _v("arch", "sm_90", None, 5, "x", good=1),
+        extra_errors=(LibraryNotFoundError,),  # documented: nvJitLink is not installed
+    )
+    # A foreign stream (or a builder, or a Stream) as a cuguard Stream; the wrapper is pooled (not owned).
+    add("as_stream", None, R.as_stream, _p("stream", STREAM, "Stream"), weight=2)
+    add(
+        "wait_attributed",
+        None,
+        R.wait_attributed,
+        _p("stream", STREAM, "Stream"),
+        _v("describe", lambda: _describe, None, 5, good=1),
+    )
+    add(
+        "describe_launch",
+        None,
+        lambda name, config, *args: R.describe_launch(name, config, args),
+        _v("name", "fill_u8", None, 5, good=1),
+        _p("config", CONFIG, "LaunchConfig"),
+        Param("args", ANY, "", star=True, uses=False, naming=False),  # only described: any object, never used
     )
 
     # --- graphs: definitions -------------------------------------------------------------------
@@ -937,7 +1127,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add(
         "Node.branches",
         "Node",
-        lambda n: [(b.nodes, b.edges) for b in n.branches],
+        lambda n: ([(b.nodes, b.edges) for b in n.branches], n.condition),
         receiver_type="conditional",
     )
     add("GraphCondition.handle", "GraphCondition", lambda c: (c.handle, c.default, c.graph))
@@ -996,7 +1186,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add("Graph.launch", "Graph", lambda x, s: x.launch(s), _p("stream", STREAM, "Stream"), weight=3)
     add("Graph.upload", "Graph", lambda x, s: x.upload(s), _p("stream", STREAM, "Stream"))
     add("Graph.update", "Graph", lambda x, g: x.update(g), _p("definition", GRAPHDEF, "GraphDefinition"))
-    add("Graph.handle", "Graph", lambda x: x.handle)
+    add("Graph.handle", "Graph", lambda x: (x.closed, x.handle))
 
     # --- graphs: per-node changes of executable graphs --------------------------------------------
     def node_of(kind: str = "") -> Param:
@@ -1057,15 +1247,43 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     # Builders capture in relaxed mode: a capture in global mode prohibits the potentially unsafe
     # calls of every operation the sweep interleaves (a documented CUDAError, and an invalidated capture).
     state = (RuntimeError,)  # documented: an operation that needs a capture in progress (or ended) without one
+    modes = _v("mode", "relaxed", "relaxed", "thread_local", "global", "loose", None, 2, good=4)
     add(
         "GraphBuilder",
         None,
         lambda s, mode: G.GraphBuilder(s, mode=mode),
         _p("stream", frozenset({"Stream"}), "Stream"),
-        _v("mode", "relaxed", "loose", None, 2, good=1),
+        modes,
         weight=2,
     )
     add("GraphBuilder.begin_building", "GraphBuilder", lambda b: b.begin_building(), extra_errors=state, weight=3)
+    add(
+        "GraphBuilder.begin_building[mode]",
+        "GraphBuilder",
+        lambda b, mode: b.begin_building(mode),
+        _v("mode", "relaxed", "thread_local", "global", None, "loose", 2, good=4),
+        extra_errors=state,
+        weight=2,
+    )
+    add(
+        "GraphBuilder.launch",
+        "GraphBuilder",
+        lambda b, config, kernel, *args: b.launch(config, kernel, *args),
+        _p("config", CONFIG, "LaunchConfig"),
+        _p("kernel", KERNEL, "Kernel"),
+        kargs,
+        extra_errors=state,
+        weight=3,
+    )
+    # keep() takes any object: nothing is a wrong kind; closed objects and copies are kept as given.
+    add(
+        "GraphBuilder.keep",
+        "GraphBuilder",
+        lambda b, *objects: b.keep(*objects),
+        Param("objects", ANY, "", star=True, uses=False, naming=False),
+        extra_errors=state,
+        weight=2,
+    )
     add("GraphBuilder.end_building", "GraphBuilder", lambda b: b.end_building(), extra_errors=state, weight=3)
     add("GraphBuilder.complete", "GraphBuilder", lambda b: b.complete(), extra_errors=state, weight=2)
     add(
@@ -1121,8 +1339,357 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         extra_errors=conditional,
         real=False,
     )
-    add("GraphBuilder.status", "GraphBuilder", lambda b: (b.status, b.is_building, b.mode, b.stream))
+    capture_modes = _v("mode", "relaxed", "thread_local", "global", "loose", None, 2, good=3)
+    add("exchange_capture_mode", None, G.exchange_capture_mode, capture_modes)
+    add("capture_mode", None, lambda mode: _in_capture_mode(G, mode), capture_modes)
+    add("GraphBuilder.status", "GraphBuilder", lambda b: (b.closed, b.status, b.is_building, b.mode, b.stream))
     add("GraphBuilder.definition", "GraphBuilder", lambda b: b.definition, extra_errors=state)
     add("GraphBuilder.close", "GraphBuilder", lambda b: b.close(), idempotent_close=True)
     add("GraphBuilder.__exit__", "GraphBuilder", _exit, idempotent_close=True, exit=True)
     return ops
+
+
+# --- completeness -------------------------------------------------------------------------------
+
+#: The layers whose public callables the catalog must cover (their ``__all__``).
+LAYERS = ("errors", "context", "resources", "graphs")
+
+
+def _members(cls: type) -> list[str]:
+    """The public methods and properties of ``cls`` (its own and those it inherits from cuguard classes)."""
+    found: set[str] = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("cuguard."):
+            continue
+        for name, attr in vars(klass).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(attr, FunctionType | classmethod | staticmethod | property) or (
+                hasattr(attr, "__get__") and callable(attr) and not isinstance(attr, type)
+            ):
+                found.add(name)
+    return sorted(found)
+
+
+def public_callables(L: SimpleNamespace) -> list[str]:
+    """Every public callable of every layer: ``layer.function``, ``Class`` and ``Class.member``."""
+    names: set[str] = set()
+    for layer in LAYERS:
+        module = getattr(L, layer)
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type):
+                names.add(name)
+                names.update(f"{name}.{member}" for member in _members(value))
+            elif callable(value):
+                names.add(f"{layer}.{name}")
+    return sorted(names)
+
+
+def _drawn(key: str, op_names: set[str]) -> bool:
+    """Whether an operation of the catalog calls ``key`` (its name, or a variant ``key[...]`` or ``key.part``)."""
+    candidates = [key]
+    head, _, rest = key.partition(".")
+    if head in LAYERS:
+        candidates.append(rest)  # layer functions are named without their layer in the catalog
+    is_class = "." not in key and key[:1].isupper()
+    for c in candidates:
+        for name in op_names:
+            if name == c or name.startswith(c + "["):
+                return True
+            if not is_class and name.startswith(c + "."):
+                return True
+    return False
+
+
+def coverage_problems(L: SimpleNamespace, ops: list[Op], steps: frozenset[str]) -> list[str]:
+    """What keeps the catalog from being complete: callables with neither an entry nor a reason, and bad rows.
+
+    A row of :data:`COVERAGE` names an operation of the catalog, a step kind
+    (``"step:<kind>"``) or gives a written reason (a sentence) why the callable
+    is not drawn.
+    """
+    op_names = {op.name for op in ops}
+    public = public_callables(L)
+    problems = [
+        f"{key}: no catalog entry and no reason in COVERAGE"
+        for key in public
+        if key not in COVERAGE and not _drawn(key, op_names)
+    ]
+    for key, why in COVERAGE.items():
+        if key not in public:
+            problems.append(f"{key}: in COVERAGE but not a public callable of {', '.join(LAYERS)}")
+        elif why.startswith("step:"):
+            if why[5:] not in steps:
+                problems.append(f"{key}: COVERAGE names the step kind {why[5:]!r}, which does not exist")
+        elif why.startswith("op:"):
+            if why[3:] not in op_names:
+                problems.append(f"{key}: COVERAGE names the operation {why[3:]!r}, which is not in the catalog")
+        elif len(why.split()) < 4:
+            problems.append(f"{key}: the reason in COVERAGE is not a sentence: {why!r}")
+    return problems
+
+
+#: The public callables the catalog draws under another name (``"op:<name>"``), through a step kind
+#: (``"step:<kind>"``), or does not draw, with the reason. Everything else has an operation of its own
+#: (see :func:`coverage_problems`; the completeness test keeps this table honest).
+def _rows(why: str, *keys: str) -> dict[str, str]:
+    return dict.fromkeys(keys, why)
+
+
+def _members_of(cls: str, *names: str) -> tuple[str, ...]:
+    return tuple(f"{cls}.{name}" for name in names)
+
+
+_ACCOUNTING = ("buffers", "device_id", "held", "is_device_accessible", "is_host_accessible", "leaked")
+_POOL_STATE = ("closed", "context", "handle", "is_imported", "is_ipc_enabled", "owned")
+_EXCEPTIONS = "an exception class: raised by the operations, and every step checks what it raised (E1-E5)"
+_STICKY = "the is_sticky property CUDAError defines, inherited unchanged (drawn by errors.CUDAError)"
+_RESULT = "a result type the drawn operations return; it is not constructed by users and holds no driver handle"
+_OPTIONS = "an options value type; its values reach cuguard through the drawn constructor that takes it"
+_SEAM = (
+    "the driver seam used by cuguard.testing and the layers: the sweep installs drivers through it "
+    "(the switch step) and reads it for every check; calling it at random would replace the sweep's own driver"
+)
+_CALLBACK = (
+    "the layers' bracket around CUDA host functions and destructors; every host and graph callback step "
+    "runs through it (O5, W6), and calling it outside a callback would mark the sweep's thread as one"
+)
+_REPORTING = (
+    "a reporting helper of the layers' failure paths; each step checks what it produced (W1, G4) "
+    "rather than calling it with made-up failures"
+)
+_BODY = (
+    "a conditional body is a GraphDefinition (its subclass, with the same methods); the conditional "
+    "builders and Node.branches reach bodies, but they are not pooled as receivers: closing and "
+    "instantiating a body are refused by design"
+)
+_IPC_OTHER_PROCESS = (
+    "opens what another process exported; the sweep runs in one process, and the failure-point sweep "
+    "and the IPC tests cover it with the simulator's other-process view"
+)
+
+COVERAGE: dict[str, str] = {
+    # --- errors ---
+    **_rows("op:errors.CUDAError", "CUDAError", "CUDAError.is_sticky"),
+    **_rows(
+        _EXCEPTIONS,
+        "CUDADriverNotFoundError",
+        "GraphUpdateError",
+        "LibraryNotFoundError",
+        "NVJitLinkError",
+        "NVRTCError",
+        "NVVMError",
+        "ResourceClosedError",
+        "StickyCUDAError",
+    ),
+    **_rows(
+        _STICKY,
+        "CUDADriverNotFoundError.is_sticky",
+        "GraphUpdateError.is_sticky",
+        "NVJitLinkError.is_sticky",
+        "NVRTCError.is_sticky",
+        "NVVMError.is_sticky",
+        "StickyCUDAError.is_sticky",
+    ),
+    "CUDAWarning": "a warning class: every step checks the CUDAWarnings it caused (W1, W4, O6)",
+    "DriverSeam": "the type of cuguard.errors.driver, the seam every driver call goes through; never constructed",
+    "Unique": "step:copy",
+    "errors.install_driver": "step:switch",
+    **_rows(
+        _SEAM,
+        "errors.active_driver",
+        "errors.driver_state",
+        "errors.driver_token",
+        "errors.forget_driver",
+        "errors.installed_driver",
+        "errors.on_driver_change",
+        "errors.real_driver",
+        "errors.use_driver",
+    ),
+    **_rows(
+        _CALLBACK,
+        "errors.call_unraisable",
+        "errors.enter_driver_callback",
+        "errors.exit_driver_callback",
+        "errors.in_driver_callback",
+    ),
+    "errors.defer": "step:host_callback",
+    "errors.deferred_count": "op:errors.flush_deferred",
+    **_rows(_REPORTING, "errors.add_failure_note", "errors.report", "errors.report_error"),
+    "errors.first_sticky_fault": "step:fault",
+    "errors.forget_sticky_fault": "step:fault",
+    "errors.out_of_range": "op:errors.wrong_kind",
+    "errors.refuse_construction": "step:construct",
+    # --- context ---
+    "Context": "step:construct",
+    **_rows("op:Context.is_primary", "Context.closed", "Context.owned", "Context.stale"),
+    # --- resources: factory-made classes (direct construction is refused: O1) ---
+    **_rows(
+        "step:construct", "Buffer", "Event", "Kernel", "Module", "PinnedBuffer", "Resource", "Stream", "Graph", "Node"
+    ),
+    **_rows("op:Buffer.size", "Buffer.closed", "Buffer.context", "Buffer.device", "Buffer.owned", "Buffer.stream"),
+    "Buffer.handle": "op:Buffer.ptr",
+    "Buffer.from_ipc_descriptor": _IPC_OTHER_PROCESS,
+    "Event.from_ipc_descriptor": _IPC_OTHER_PROCESS,
+    "IPCAllocationHandle.from_fd": _IPC_OTHER_PROCESS,
+    **_rows("op:Event.timing", "Event.closed", "Event.context", "Event.device"),
+    "Event.is_ipc_enabled": "op:Event.get_ipc_descriptor",
+    **_rows("op:Device.properties", "Device.arch", "Device.uuid"),
+    "Device.handle": "op:Device.ordinal",
+    **_rows("op:Stream.device", "Stream.closed", "Stream.context"),
+    "Stream.priority": "op:Stream.flags",
+    **_rows("op:Module.handle", "Module.closed", "Module.context"),
+    "Kernel.num_arguments": "op:Kernel.handle",
+    **_rows("op:PinnedBuffer.size", "PinnedBuffer.closed", "PinnedBuffer.context", "PinnedBuffer.memory_resource"),
+    "PinnedBuffer.handle": "op:PinnedBuffer.address",
+    **_rows("op:LaunchConfig.dims", "LaunchConfig.is_cooperative", "LaunchConfig.shared_mem"),
+    "Resource.close": "the base class's close(), drawn as Stream.close, Event.close, Buffer.close and Module.close",
+    **_rows(
+        "properties of the base class, drawn on each subclass (Stream, Event, Buffer, PinnedBuffer, Module)",
+        "Resource.closed",
+        "Resource.context",
+        "Resource.handle",
+    ),
+    # --- resources: memory resources ---
+    **{key: f"op:{cls}.accounting" for cls in MEMORY_RESOURCES for key in _members_of(cls, *_ACCOUNTING)},
+    **{key: f"op:{cls}.state" for cls in POOL_RESOURCES for key in _members_of(cls, *_POOL_STATE)},
+    "VirtualMemoryResource.options": "op:VirtualMemoryResource.granularity",
+    "MemoryResource": "the abstract base of the memory resources: each concrete resource is drawn instead",
+    **_rows(
+        "an abstract method of the base class, drawn on each concrete memory resource",
+        *_members_of("MemoryResource", "allocate", "deallocate", *_ACCOUNTING),
+    ),
+    "MemoryPoolAttributes": _RESULT,
+    **{
+        f"MemoryPoolAttributes.{name}": "op:DeviceMemoryResource.attributes"
+        for name in (
+            "release_threshold",
+            "reuse_follow_event_dependencies",
+            "reuse_allow_opportunistic",
+            "reuse_allow_internal_dependencies",
+            "reserved_mem_current",
+            "reserved_mem_high",
+            "used_mem_current",
+            "used_mem_high",
+        )
+    },
+    "MemoryPoolAttributes.reset_high_watermarks": "op:DeviceMemoryResource.reset_high_watermarks",
+    **_rows(
+        "op:DeviceMemoryResource.get_allocation_handle",
+        "IPCAllocationHandle.close",
+        "IPCAllocationHandle.closed",
+        "IPCAllocationHandle.fd",
+    ),
+    **_rows(_RESULT, "IPCAllocationHandle", "IPCBufferDescriptor", "IPCEventDescriptor"),
+    **_rows(_OPTIONS, "DeviceMemoryResourceOptions", "PinnedMemoryResourceOptions", "VirtualMemoryResourceOptions"),
+    **_rows(_RESULT, "MemoryRecord", "MemoryReport"),
+    **_rows("op:resources.memory_in_use", "MemoryReport.by_device", "MemoryReport.by_source", "MemoryReport.total"),
+    # --- resources: kernels, code, compilers ---
+    **_rows(
+        _RESULT,
+        "DeviceProperties",
+        "KernelAttributes",
+        "KernelOccupancy",
+        "KernelParameter",
+        "MaxPotentialBlockSizeOccupancyResult",
+    ),
+    **{f"KernelAttributes.{name}": "op:Kernel.attributes" for name in KERNEL_ATTRIBUTES},
+    "KernelOccupancy.max_active_blocks_per_multiprocessor": "op:Kernel.occupancy",
+    "KernelOccupancy.max_potential_block_size": "op:Kernel.occupancy.max_potential_block_size",
+    "KernelOccupancy.available_dynamic_shared_memory_per_block": (
+        "op:Kernel.occupancy.available_dynamic_shared_memory_per_block"
+    ),
+    "KernelOccupancy.max_active_clusters": "op:Kernel.occupancy.max_active_clusters",
+    "KernelOccupancy.max_potential_cluster_size": "op:Kernel.occupancy.max_potential_cluster_size",
+    "KernelParameter.kind": "op:Kernel.parameters",
+    "ObjectCode": "a value holding code bytes (no driver handle), made by its from_* methods, which are drawn",
+    **_rows(
+        "op:ObjectCode.from_cubin",
+        "ObjectCode.code",
+        "ObjectCode.code_type",
+        "ObjectCode.name",
+        "ObjectCode.symbol_mapping",
+    ),
+    "ObjectCode.lowered_name": "op:ObjectCode.from_ptx",
+    **_rows(
+        "op:Program.compile",
+        "Program",
+        "Program.backend",
+        "Program.close",
+        "Program.code",
+        "Program.code_type",
+        "Program.options",
+        "ProgramOptions.as_options",
+        "ProgramCache",
+        "ProgramCache.get",
+        "ProgramCache.key",
+        "ProgramCache.put",
+    ),
+    "ProgramCache.clear": "it empties the sweep's own compilation cache, which would only make Program.compile slower",
+    "ProgramOptions": _OPTIONS,
+    "LinkerOptions": _OPTIONS,
+    **_rows(
+        "op:Linker.link",
+        "Linker",
+        "Linker.backend",
+        "Linker.close",
+        "Linker.get_error_log",
+        "Linker.get_info_log",
+        "LinkerOptions.as_options",
+    ),
+    # --- graphs ---
+    "GraphDefinition.closed": "op:GraphDefinition.context",
+    "GraphDefinition.edges": "op:GraphDefinition.nodes",
+    "Graph.closed": "op:Graph.handle",
+    **_rows("op:Node.type", "Node.closed", "Node.graph", "Node.params"),
+    "Node.condition": "op:Node.branches",
+    "GraphCondition": "step:construct",
+    **_rows("op:GraphCondition.handle", "GraphCondition.default", "GraphCondition.graph"),
+    **_rows(
+        "op:GraphBuilder.status",
+        "GraphBuilder.closed",
+        "GraphBuilder.is_building",
+        "GraphBuilder.mode",
+        "GraphBuilder.stream",
+    ),
+    "EdgeView": "the type of Node.pred and Node.succ (never constructed by users); its methods are drawn through them",
+    **{
+        f"EdgeView.{name}": f"op:Node.pred.{name}"
+        for name in ("add", "clear", "difference_update", "discard", "pop", "remove", "update")
+    },
+    "ConditionalBody": "step:construct",
+    **_rows(
+        _BODY,
+        *_members_of(
+            "ConditionalBody",
+            "allocate",
+            "callback",
+            "clone",
+            "close",
+            "closed",
+            "connect",
+            "context",
+            "create_condition",
+            "deallocate",
+            "disconnect",
+            "edges",
+            "embed",
+            "empty",
+            "find_node",
+            "handle",
+            "if_else",
+            "if_then",
+            "instantiate",
+            "join",
+            "launch",
+            "memcpy",
+            "memset",
+            "nodes",
+            "record",
+            "switch",
+            "wait",
+            "while_loop",
+        ),
+    ),
+}

@@ -16,6 +16,7 @@ runs and every violation is collected. Without a seed the run is derandomized
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,15 @@ class Sink:
     violations: list[MisuseViolation] = field(default_factory=list)
     failing: list[MisuseViolation] = field(default_factory=list)  # the violations of the last failing example
     progress: Callable[[str], None] | None = None
+    #: what the examples exercised: captures in progress by mode, stream kind and thread, the second thread's acts
+    exercised: Counter[str] = field(default_factory=Counter)
+    stopped: bool = False  # a step hung: the run stopped after that example
+
+    def absorb(self, session: Session) -> None:
+        """Take what a finished example exercised; stop the run after a hang."""
+        self.exercised.update(session.exercised)
+        if session.hung:
+            self.stopped = True
 
 
 def hypothesis_available() -> bool:
@@ -83,6 +93,8 @@ def run_hypothesis(
 
         @initialize(data=st.data())
         def begin(self, data: Any) -> None:
+            if sink.stopped:
+                return  # an earlier example hung: a thread of it may hold a lock every example needs
             sink.examples += 1
             self.session = Session(
                 sink.driver,
@@ -95,7 +107,8 @@ def run_hypothesis(
 
         @rule(data=st.data())
         def step(self, data: Any) -> None:
-            assert self.session is not None
+            if self.session is None or self.session.hung:
+                return
             self.session.ch = HypothesisChooser(data)
             sink.steps += 1
             self.session.step()
@@ -105,6 +118,7 @@ def run_hypothesis(
             if self.session is not None:
                 session, self.session = self.session, None
                 session.finish()
+                sink.absorb(session)
                 self.publish(session)
                 if sink.progress is not None and sink.examples % 5 == 0:
                     sink.progress(f"{sink.examples} examples, {sink.steps} steps, {len(sink.violations)} violations")
@@ -156,10 +170,15 @@ def run_random(
         try:
             session.setup()
             for _ in range(steps):
+                if session.hung:
+                    break
                 sink.steps += 1
                 session.step()
         finally:
             session.finish()
+            sink.absorb(session)
             sink.violations.extend(session.violations)
+        if sink.stopped:
+            break
         if sink.progress is not None and (i + 1) % 5 == 0:
             sink.progress(f"{sink.examples} examples, {sink.steps} steps, {len(sink.violations)} violations")

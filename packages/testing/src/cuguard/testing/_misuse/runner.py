@@ -58,6 +58,11 @@ class MisuseResult:
     violations: list[MisuseViolation] = field(default_factory=list)
     crashes: int = 0
     crash_details: list[str] = field(default_factory=list)
+    #: what the examples exercised (see :mod:`~cuguard.testing._misuse.captures`): steps that ran with a
+    #: capture in progress, by mode, stream kind and thread ("in progress global/foreign/second"), captures
+    #: begun, ended and abandoned, and the second thread's acts
+    exercised: dict[str, int] = field(default_factory=dict)
+    stopped: bool = False  # a step hung and the run stopped after that example
 
     @property
     def distinct(self) -> list[tuple[MisuseViolation, int]]:
@@ -87,6 +92,8 @@ class MisuseResult:
             "violations": len(self.violations),
             "distinct": [{**v.to_json(), "count": n} for v, n in self.distinct],
             "seconds": round(self.seconds, 2),
+            "exercised": dict(sorted(self.exercised.items())),
+            "stopped": self.stopped,
         }
 
     def format_table(self, max_shown: int = 40, traces: bool = True) -> str:
@@ -102,6 +109,16 @@ class MisuseResult:
             f"{self.examples:>8} {self.steps:>7} {self.crashes:>7} {len(self.violations):>10} {len(distinct):>8}"
             f" {self.seconds:>8.1f}",
         ]
+        progress = {k[len("in progress ") :]: n for k, n in self.exercised.items() if k.startswith("in progress ")}
+        if progress:
+            lines.append("")
+            lines.append("steps with a capture in progress (mode/stream/thread that began it):")
+            lines.append("  " + ", ".join(f"{k} {n}" for k, n in sorted(progress.items())))
+        acts = sum(n for k, n in self.exercised.items() if k.startswith("second thread: "))
+        if acts:
+            lines.append(f"second-thread acts between steps: {acts}")
+        if self.stopped:
+            lines.append("the run stopped early: a step hung (see the S2 violation)")
         if distinct:
             by_rule: dict[str, list[int]] = {}
             for v, n in distinct:
@@ -185,7 +202,17 @@ def run_misuse_sweep(
     else:
         run_random(sink, examples=examples, steps=steps, seed=seed, callbacks_calling_cuguard=callbacks_calling_cuguard)
         violations = sink.violations
-    return MisuseResult(driver, engine, seed, sink.examples, sink.steps, time.perf_counter() - start, violations)
+    return MisuseResult(
+        driver,
+        engine,
+        seed,
+        sink.examples,
+        sink.steps,
+        time.perf_counter() - start,
+        violations,
+        exercised=dict(sink.exercised),
+        stopped=sink.stopped,
+    )
 
 
 def _child_env() -> dict[str, str]:
@@ -248,6 +275,8 @@ def _run_isolated(  # noqa: PLR0917
                 continue
             data = json.loads(out.read_text("utf-8"))
             result.steps += int(data["steps"])
+            for key, count in data.get("exercised", {}).items():
+                result.exercised[key] = result.exercised.get(key, 0) + int(count)
             for v in data["violations"]:
                 result.violations.append(
                     MisuseViolation(v["rule"], v["op"], v["detail"], v["example"], v["step"], tuple(v["trace"]))
@@ -277,7 +306,14 @@ def _child(args: argparse.Namespace) -> int:
         callbacks_calling_cuguard=not args.no_cuguard_callbacks,
     )
     Path(args.json).write_text(
-        json.dumps({"steps": sink.steps, "violations": [v.to_json() for v in sink.violations]}), "utf-8"
+        json.dumps(
+            {
+                "steps": sink.steps,
+                "violations": [v.to_json() for v in sink.violations],
+                "exercised": dict(sink.exercised),
+            }
+        ),
+        "utf-8",
     )
     return 1 if sink.violations else 0
 

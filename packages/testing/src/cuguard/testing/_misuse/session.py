@@ -17,7 +17,9 @@ trace of the example up to that step.
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from cuguard.errors import CUDAWarning
 from cuguard.testing._faults import DriverCall, FaultPlan, FaultProxy, left_behind
 from cuguard.testing._misuse import checks
 from cuguard.testing._misuse.arguments import Arguments
+from cuguard.testing._misuse.captures import CaptureRecord, CaptureWatch
 from cuguard.testing._misuse.catalog import Op, build_ops
 from cuguard.testing._misuse.checks import MisuseViolation, WrongArg
 from cuguard.testing._misuse.choices import Chooser, coin, pick
@@ -40,6 +43,7 @@ from cuguard.testing._misuse.model import (
     emulate,
     kind_of,
 )
+from cuguard.testing._misuse.threads import STEP_TIMEOUT, Hang, SecondThread, deadline
 from cuguard.testing._sim import SimulatedCrash, SimulatedDriver
 from cuguard.testing._sweep.runner import _RELEASE_CALLS
 
@@ -113,6 +117,13 @@ class Session:
         self._warn_cm: AbstractContextManager[Any] | None = None
         self._caught: list[warnings.WarningMessage] = []
         self.interrupted = False  # a step ended by an exception (see step())
+        # captures in progress and the second thread (see captures.py)
+        self.watch = CaptureWatch()
+        self.captures: list[CaptureRecord] = []
+        self.exercised: Counter[str] = Counter()
+        self.second = SecondThread()
+        self.step_timeout = STEP_TIMEOUT
+        self.hung = False  # a step hung: the example stops, and so does the run (see hang())
 
     # --- drivers ---------------------------------------------------------------------------------
 
@@ -130,6 +141,7 @@ class Session:
         else:
             sim = SimulatedDriver(2)
             emulate(sim)
+            self.watch.install(sim)
             raw = sim
         slot = DriverSlot(len(self.slots), raw, FaultProxy(raw), sim, KERNELS_PTX)
         self.slots.append(slot)
@@ -179,7 +191,7 @@ class Session:
             handle = 0
         slot.raw.cuCtxSetCurrent(cb.CUcontext(max(handle, 0)))
 
-    def raw_stream(self, ctx: Any) -> int | None:
+    def raw_stream(self, ctx: Any, flags: int = 0) -> int | None:
         """A stream made directly through the driver (another library's), in context ``ctx``."""
         slot = self.slot
         before = self.current_context()
@@ -187,7 +199,7 @@ class Session:
 
         slot.raw.cuCtxSetCurrent(cb.CUcontext(int(ctx._int)))
         try:
-            err, handle = slot.raw.cuStreamCreate(0)
+            err, handle = slot.raw.cuStreamCreate(flags)
         finally:
             self.set_context(before)
         if err:
@@ -257,6 +269,7 @@ class Session:
 
     def stop(self) -> None:
         """Remove the drivers and hooks (after :meth:`finish`)."""
+        self.second.stop()
         try:
             if self._installed_any:
                 self.L.errors.install_driver(self._previous)
@@ -273,10 +286,17 @@ class Session:
 
     # --- violations -----------------------------------------------------------------------------
 
+    def hang(self, where: str, detail: str) -> None:
+        """A step did not finish in time: report it (S2: a hang is a crash) and stop the example."""
+        self.flag("S2", f"hang ({where})", f"{detail}: a hang (the example stops here)")
+        self.hung = True
+
     def flag(self, rule: str, op: str, detail: str) -> None:
         self.violations.append(MisuseViolation(rule, op, detail, self.example, self.steps, tuple(self.trace[-TRACE:])))
 
     def note(self, line: str) -> None:
+        if threading.current_thread() is not threading.main_thread() and self.second.ident == threading.get_ident():
+            line = f"[second thread] {line}"
         self.trace.append(f"{self.steps:3}: {line}")
         if self.echo is not None:
             self.echo.write(f"{self.steps:3}: {line}\n")
@@ -315,6 +335,7 @@ class Session:
         ledger = slot.proxy.live_objects()
         wmark = len(self._caught)
         umark = len(self.unraisables)
+        cmark = self.watch.mark()
         log: list[DriverCall] = []
         proxy = slot.proxy
         result: Any = None
@@ -335,7 +356,7 @@ class Session:
                 result = fn()
         except SimulatedCrash as c:
             crash = c
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Hang):
             raise
         except BaseException as e:  # noqa: BLE001 - everything a cuguard call raises is checked below
             exc = e
@@ -420,8 +441,20 @@ class Session:
                 self.flag(problem[0], op, problem[1])
             if ctx_after != ctx_before and not (sets_context and exc is None):
                 self.set_context(ctx_before, slot)
-        # W1, W4, O5, O6: reports
+        # G6: captures left alone; W5: nothing freed under a graph made by capture
+        for rule, detail in self.watch.problems(op, cmark, exc, fault_active):
+            self.flag(rule, op, detail)
+        for s in sims:
+            assert s.sim is not None
+            for detail in self.watch.freed_under_graphs(s.sim):
+                self.flag("W5", op, detail)
+        # W1, W4, O5, O6: reports (G6: a report of a failure a capture caused)
         messages = [str(w.message) for w in self._caught[wmark:] if issubclass(w.category, CUDAWarning)]
+        capture_reports = [] if fault_active else self.watch.warning_problems(messages, cmark)
+        for rule, detail in capture_reports:
+            self.flag(rule, op, detail)
+        if capture_reports:
+            messages = [m for m in messages if not self.watch.warning_problems([m], cmark)]
         for rule, detail in checks.warning_problems(messages, fault_active, may_warn, warn_rule):
             self.flag(rule, op, detail)
         for category, what in self.unraisables[umark:]:
@@ -565,16 +598,23 @@ class Session:
     # --- the example ----------------------------------------------------------------------------------
 
     def step(self) -> None:
-        from cuguard.testing._misuse import steps
+        from cuguard.testing._misuse import captures, steps
 
+        if self.hung:
+            return
         self.steps += 1
         try:
-            if len(self.model.pool) > MAX_POOL:
-                steps.drop(self, count=10)
-                return
-            kinds = steps.weighted(self.kind)
-            name = pick(self.ch, kinds)
-            steps.STEPS[name](self)
+            with deadline(self.step_timeout):
+                if len(self.model.pool) > MAX_POOL:
+                    steps.drop(self, count=10)
+                    return
+                kinds = steps.weighted(self.kind)
+                name = pick(self.ch, kinds)
+                steps.STEPS[name](self)
+            if not self.hung:
+                captures.observe(self)
+        except Hang as exc:
+            self.hang("main thread", str(exc))
         except BaseException:
             # Interrupted (hypothesis ends an example from inside a draw): the frames of the
             # step still hold pool objects, so the tear-down cannot tell a leak from them.
@@ -584,13 +624,21 @@ class Session:
     def setup(self) -> None:
         from cuguard.testing._misuse import steps
 
-        steps.setup(self)
+        try:
+            with deadline(self.step_timeout):
+                steps.setup(self)
+        except Hang as exc:
+            self.hang("set-up", str(exc))
 
     def finish(self) -> None:
         from cuguard.testing._misuse import steps
 
         try:
-            steps.teardown(self)
+            if not self.hung:
+                with deadline(self.step_timeout):
+                    steps.teardown(self)
+        except Hang as exc:
+            self.hang("teardown", str(exc))
         finally:
             self.stop()
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cuguard.testing._faults import deinitialized, inject, known_function, restore_fault, sticky
+from cuguard.testing._misuse import captures
 from cuguard.testing._misuse.callbacks import graph_callback, host_callback, pick_entries
 from cuguard.testing._misuse.choices import coin, pick
 from cuguard.testing._misuse.model import SIZE, UNIQUE_KINDS, Entry, ForeignStream
@@ -52,6 +53,8 @@ _WEIGHTS = {
     "graph_callback": 1,
     "thread": 2,
     "collect": 1,
+    "capture": 4,
+    "second_thread": 4,
 }
 
 #: Driver functions cuguard calls, failed by the ``fault`` step.
@@ -155,6 +158,8 @@ _CONSTRUCT = {
     "Resource": ("resources", "Device"),
     "Node": ("graphs", "GraphDefinition"),
     "Graph": ("graphs", "instantiate"),
+    "GraphCondition": ("graphs", "create_condition"),
+    "ConditionalBody": ("graphs", "conditional builders"),
 }
 
 
@@ -180,16 +185,22 @@ def _make(s: Session, desc: str, op: str, fn: Callable[[], Any]) -> Any:
 
 
 def foreign_streams(s: Session, device: Any) -> None:
-    """A stream "another library" made in ``device``'s primary context (accepted as a stream, E3)."""
+    """Streams "another library" made in ``device``'s primary context (accepted as streams, E3).
+
+    A blocking and a non-blocking one: both are captured (the capture step), and a capture on a
+    blocking stream makes the legacy stream's use refused (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+    """
     ctx = device._context
     if ctx is None or ctx._closed:
         return
-    handle = s.raw_stream(ctx)
-    if handle is not None:
-        fs = ForeignStream(handle, s.model.label("ForeignStream"))
-        entry = Entry(fs, "ForeignStream", s.model.current, fs.label, base=True)
-        s.model.pool.append(entry)
-        s.note(f"{fs.label} = ForeignStream(a raw stream of {device!r})")
+    for flags in (0, 1):  # CU_STREAM_DEFAULT, CU_STREAM_NON_BLOCKING
+        handle = s.raw_stream(ctx, flags)
+        if handle is not None:
+            fs = ForeignStream(handle, s.model.label("ForeignStream"))
+            entry = Entry(fs, "ForeignStream", s.model.current, fs.label, base=True)
+            s.model.pool.append(entry)
+            kind = "non-blocking" if flags else "blocking"
+            s.note(f"{fs.label} = ForeignStream(a raw {kind} stream of {device!r})")
 
 
 def setup(s: Session) -> None:
@@ -229,6 +240,8 @@ def setup(s: Session) -> None:
             _make(s, "n0.empty()", "Node.empty", n0.empty)
     builders(s, dev0)
     foreign_streams(s, dev0)
+    for _ in range(s.ch.integer(0, 2)):  # captures in progress from the start (any mode, stream, thread)
+        captures.begin(s, pick(s.ch, ("main", "second")))
 
 
 def builders(s: Session, dev0: Any) -> None:
@@ -279,6 +292,9 @@ def teardown(s: Session) -> None:
     s.perform("teardown", "del everything; gc.collect()", drop_all, warn_rule="O6")
     gc.collect()
     s.settle()
+    if captures.end_foreign_captures(s):  # what cuguard deferred until they end is released now
+        gc.collect()
+        s.settle()
     slot = s.slot
     if slot.sim is not None and not slot.uninstalled and not s.interrupted:
         left = []
@@ -359,21 +375,37 @@ def fault(s: Session) -> None:
         go(fault=make, fault_desc=desc)
 
 
-def close(s: Session) -> None:
-    kinds = ("Stream", "Event", "Buffer", "PinnedBuffer", "Module", "Context", "GraphDefinition", "Graph", "Node")
+def close_call(s: Session) -> Callable[..., Any] | None:
+    """A close (or ``__exit__``, or ``destroy``) of a pooled object, ready to perform (``None``: nothing to close)."""
+    kinds = (
+        "Stream",
+        "Event",
+        "Buffer",
+        "PinnedBuffer",
+        "Module",
+        "Context",
+        "GraphDefinition",
+        "Graph",
+        "Node",
+        "GraphBuilder",
+    )
     entries = [e for e in s.model.pool if e.kind in kinds]
     if not entries:
-        return
+        return None
     entry = pick(s.ch, entries)
     how = pick(s.ch, ("close", "close", "__exit__"))
     name = "Node.destroy" if entry.kind == "Node" else f"{entry.kind}.{how}"
-    go = s.prepare(s.by_name[name], entry)
+    return s.prepare(s.by_name[name], entry)
+
+
+def close(s: Session) -> None:
+    go = close_call(s)
     if go is not None:
         go()
 
 
-def drop(s: Session, count: int | None = None) -> None:
-    """Drop the last references to some objects, then collect now or later."""
+def drop(s: Session, count: int | None = None, runner: Callable[[Callable[[], Any]], Any] | None = None) -> None:
+    """Drop the last references to some objects, then collect now or later (``runner``: on another thread)."""
     victims = pick_entries(s, count if count is not None else s.ch.integer(1, 3))
     if not victims:
         return
@@ -390,7 +422,11 @@ def drop(s: Session, count: int | None = None) -> None:
         if now:
             gc.collect()
 
-    s.perform("del", f"del {labels}" + ("; gc.collect()" if now else ""), release, warn_rule="O6")
+    desc = f"del {labels}" + ("; gc.collect()" if now else "")
+    if runner is None:
+        s.perform("del", desc, release, warn_rule="O6")
+    else:
+        runner(lambda: s.perform("del", desc, release, warn_rule="O6"))
 
 
 def collect(s: Session) -> None:
@@ -591,4 +627,6 @@ STEPS: dict[str, Callable[[Session], None]] = {
     "graph_callback": graph_callback,
     "thread": thread,
     "collect": collect,
+    "capture": captures.capture,
+    "second_thread": captures.second_thread,
 }
