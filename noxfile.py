@@ -30,6 +30,10 @@ Sessions
   sample (:data:`SWEEP_SAMPLE`: every operation's fault-free run, one failure point of every
   operation in every failure mode, the rest at random; a few minutes on 2 cores);
   ``nox -s sweep -- --full`` runs every case (several times longer).
+- ``gcsweep``: the garbage-collection point sweep (contract B6), ``scripts/gcsweep``, on a
+  fixed seeded sample (:data:`GC_SWEEP_SAMPLE`: a collection of prepared garbage forced at one
+  driver call and one lock acquisition of every operation, the rest at random; about three
+  minutes on 2 cores); ``nox -s gcsweep -- --full`` runs every case. A hang fails it.
 - ``misuse``: the misuse sweep (contract B6) on the simulated driver: its package
   test, then ``scripts/misuse`` with a fixed, derandomized budget (about a minute;
   ``-- --examples 1000 --seed 7`` for a longer seeded run).
@@ -74,6 +78,7 @@ DEFAULT_SESSIONS = [
     "demo",
     "differential",
     "sweep",
+    "gcsweep",
     "misuse",
     "docs",
     "build",
@@ -107,6 +112,9 @@ COMPILER_LIBRARIES = {
 # The failure-point sweep's sample in `nox -s sweep` (`-- --full` runs every case): the runner picks one
 # failure point of every operation and failure mode first (about 1,400 pairs), the rest at random.
 SWEEP_SAMPLE = ["--sample", "2000"]
+# The garbage-collection point sweep's sample in `nox -s gcsweep` (`-- --full` runs every case): one point of
+# every operation and dimension (driver calls, lock acquisitions) first, the rest at random.
+GC_SWEEP_SAMPLE = ["--sample", "700"]
 # The misuse sweep's budget in `nox -s misuse` (examples x steps; well under 3 minutes on 2 cores).
 MISUSE_BUDGET = ["--examples", "150", "--steps", "50"]
 
@@ -355,6 +363,27 @@ def sweep(session: nox.Session) -> None:
     if "--json" not in args:
         args += ["--json", str(out)]
     session.run("python", str(ROOT / "scripts" / "sweep"), "--quiet", *args)
+
+
+@nox.session
+def gcsweep(session: nox.Session) -> None:
+    """The garbage-collection point sweep (contract B6) on the simulated driver, one table per layer.
+
+    First the sweep's own tests (a planted hang and leak it must find), then ``scripts/gcsweep``
+    (its cases in one process per CPU core) with :data:`GC_SWEEP_SAMPLE`; the JSON goes to the
+    session's tmp directory. Arguments after ``--`` go to the sweep, after the sample: ``-- --full``
+    for every case, ``-- --sample 300 --seed 3`` for another sample, ``-- --match Stream`` for some
+    operations. Fails on any violation or hang.
+    """
+    wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
+    _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
+    session.run("pytest", "-q", str(BY_LAYER["testing"].path / "tests" / "test_gc_sweep.py"))
+    tmp = Path(session.create_tmp()).resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
+    args = [*GC_SWEEP_SAMPLE, *session.posargs]
+    if "--json" not in args:
+        args += ["--json", str(tmp / "gcsweep-sim.json")]
+    session.run("python", str(ROOT / "scripts" / "gcsweep"), "--quiet", *args)
 
 
 @nox.session

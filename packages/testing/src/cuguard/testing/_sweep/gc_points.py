@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cuguard.errors import RESTORE_CONTEXT
 from cuguard.testing._faults import FaultProxy
 from cuguard.testing._sweep import registry
 from cuguard.testing._sweep.registry import SIZE, Env, Scenario
@@ -170,6 +171,10 @@ class _Trigger:
         self._lock = threading.Lock()
         self._collecting: int | None = None
 
+    def outside(self) -> bool:
+        """Whether this thread is not running the forced collection."""
+        return self._collecting != threading.get_ident()
+
     def point(self, what: str) -> None:
         me = threading.get_ident()
         if self._collecting == me:
@@ -192,11 +197,18 @@ class _Trigger:
 
 
 class _CollectingDriver:
-    """A driver between cuguard's seam and the fault proxy that tells a trigger of each call first."""
+    """A driver between cuguard's seam and the fault proxy: tells a trigger of each call first (``calls``).
 
-    def __init__(self, inner: Any, trigger: _Trigger) -> None:
+    It also lists the calls made outside the forced collection (``path``): where they differ
+    from the fault-free run's, the collection changed the operation's course (an address it
+    got, a path it took), and what it created cannot be compared with that run's.
+    """
+
+    def __init__(self, inner: Any, trigger: _Trigger, calls: bool) -> None:
         self.inner = inner
         self._trigger = trigger
+        self._calls = calls
+        self.path: list[str] = []
 
     @property
     def wrapped_driver(self) -> Any:
@@ -209,10 +221,14 @@ class _CollectingDriver:
         if name.startswith("_") or name == "wrapped_driver":
             raise AttributeError(name)
         fn = getattr(self.inner, name)
-        trigger = self._trigger
+        trigger, calls, path = self._trigger, self._calls, self.path
+        call = "cuCtxSetCurrent (restore)" if name == RESTORE_CONTEXT else name
 
         def wrapped(*args: Any) -> Any:
-            trigger.point(name)
+            if trigger.outside():
+                path.append(call)
+                if calls:
+                    trigger.point(call)
             return fn(*args)
 
         wrapped.__name__ = name
@@ -253,6 +269,7 @@ class _Baseline:
     created: Counter[str] = field(default_factory=Counter)
     released: Counter[str] = field(default_factory=Counter)
     locks: list[str] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)  # its driver calls
     ok: bool = False
     garbage: tuple[str, ...] = ()  # the garbage groups its cases prepare
 
@@ -281,6 +298,8 @@ class _GcHooks(CaseHooks):
         self.postponed: list[tuple[str, int]] = []
         self.calls: list[str] = []  # the driver calls the proxy recorded (set once the case ended)
         self._held: list[Any] = []
+        self.driver: _CollectingDriver | None = None
+        self.same_path = True
         self.extra: set[int] = set()  # handles of simulator objects the garbage made
         self._gc_was_enabled = True
         self._previous_hook: Callable[[Any], object] | None = None
@@ -334,29 +353,33 @@ class _GcHooks(CaseHooks):
         try:
             if self.dimension in (None, "lock") and locks is not None:
                 locks.on_acquire = lambda *args: self.trigger.point(_acquirer())
-            if self.dimension == "call":
-                with env.errors.use_driver(_CollectingDriver(proxy, self.trigger)):
-                    yield None
-            else:
+            with env.errors.use_driver(self.driver):
                 yield None
         finally:
             if locks is not None:
                 locks.on_acquire = hook_before
             sys.unraisablehook = previous_hook
 
+    def _path(self) -> list[str]:
+        return list(self.driver.path) if self.driver is not None else []
+
     def arm(self, env: Env, proxy: FaultProxy) -> Any:
+        self.driver = _CollectingDriver(proxy, self.trigger, calls=self.dimension == "call")
         return self._armed(env, proxy)
 
     def after_op(self, env: Env, proxy: FaultProxy, result: Any, exc: BaseException | None, add: Any) -> None:
         if self.dimension is None:
             self.recorded.shape = _shape(result)
             self.recorded.locks = list(self.trigger.recorded)
+            self.recorded.path = self._path()
             self._held.clear()
             return
+        self.same_path = self.baseline is not None and self._path() == self.baseline.path
         for text in self.unraisable:
             add("W3", f"an exception escaped to sys.unraisablehook: {text}")
         if not self.trigger.fired:
-            add("sweep", f"the collection point was not reached ({self.trigger.seen} points seen)")
+            if self.same_path:  # else the operation took another course: the point is not there
+                add("sweep", f"the collection point was not reached ({self.trigger.seen} points seen)")
             return
         if exc is None and self.baseline is not None and _shape(result) != self.baseline.shape:
             add("G3", f"the result is {_shape(result)!r}, not {self.baseline.shape!r} as without the collection")
@@ -380,7 +403,7 @@ class _GcHooks(CaseHooks):
             self.recorded.created, self.recorded.released, self.recorded.ok = created, released, True
             return
         base = self.baseline
-        if base is None or not base.ok:
+        if base is None or not base.ok or not self.same_path:
             return
         if created != base.created or released != base.released:
             add(
