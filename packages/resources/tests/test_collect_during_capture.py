@@ -31,7 +31,7 @@ from cuguard.resources import (
     ManagedMemoryResource,
     VirtualMemoryResource,
 )
-from cuguard.resources._base import capture_began, capture_ended
+from cuguard.resources._captures import capture_began, capture_ended
 from cuguard.testing import SimulatedDriver, inject, record_calls
 
 
@@ -155,7 +155,7 @@ def test_collecting_memory_freed_after_a_context_sync_waits_for_the_captures_cug
     stream = device.create_stream(non_blocking=True)
     device.set_current()
     _begin(stream)
-    capture_began(stream.context)  # as GraphBuilder.begin_building does
+    capture_began(stream, {})  # as GraphBuilder.begin_building does
     counted = True
     try:
         with record_calls() as log:
@@ -167,14 +167,14 @@ def test_collecting_memory_freed_after_a_context_sync_waits_for_the_captures_cug
         _end_with_a_graph(stream)  # the capture went on undisturbed
         with record_calls() as log:
             counted = False
-            capture_ended(stream.context)  # the last capture of the context: the collection runs now
+            capture_ended(stream)  # the last capture of the context: the collection runs now
         names = [c.name for c in log]
         assert "cuCtxSynchronize" in names, names
         assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
         assert _freed(cuguard_driver, handle)
     finally:
         if counted:
-            capture_ended(stream.context)
+            capture_ended(stream)
     stream.close()
 
 

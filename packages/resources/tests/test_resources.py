@@ -103,9 +103,17 @@ def test_failed_restore_destroys_what_was_created(
 def test_stream_ordered_allocation_needs_no_switch(device: Device, stream: Stream, other_context: Context) -> None:
     with record_calls() as log:
         buf = device.allocate(64, stream=stream)
-    assert [c.name for c in log] == ["cuStreamIsCapturing", "cuMemAllocAsync"]  # not capturing: no graph memory
+    # cuguard made the stream and never handed its handle out: no capture can run on it, nothing is asked.
+    assert [c.name for c in log] == ["cuMemAllocAsync"]
     assert Context.current() == other_context
     buf.close()
+    stream.handle  # handed out: someone else may capture it now
+    with record_calls() as log:
+        buf = device.allocate(64, stream=stream)
+    assert [c.name for c in log] == ["cuStreamIsCapturing", "cuMemAllocAsync"]  # not capturing: no graph memory
+    with record_calls() as log:
+        buf.close()
+    assert [c.name for c in log] == ["cuStreamIsCapturing", "cuMemFreeAsync"]  # the free is not captured (G6)
 
 
 @pytest.mark.contract("C1", "G2")

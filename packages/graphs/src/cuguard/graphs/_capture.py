@@ -23,12 +23,14 @@ from typing import Any, Final
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
+    UINT_LIMIT,
     CUDAError,
     ResourceClosedError,
     add_failure_note,
     driver,
     driver_token,
     format_handle,
+    int_argument,
     raise_status,
     report,
     report_error,
@@ -40,7 +42,8 @@ from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
 from cuguard.resources import Buffer, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, launch
-from cuguard.resources._base import capture_began, capture_ended
+from cuguard.resources._captures import capture_began, capture_ended, capture_joined, capture_left, retain_captured
+from cuguard.resources._memory import graph_let_go
 
 __all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mode"]
 
@@ -135,13 +138,14 @@ def _abandon_capture(handle: Any) -> tuple[Any, str]:
 class _Capture:
     """One capture begun by a builder: the conditions made during it, and the definition it became."""
 
-    __slots__ = ("builder", "conditions", "definition", "ended")
+    __slots__ = ("builder", "conditions", "counted_end", "definition", "ended")
 
     def __init__(self, builder: GraphBuilder) -> None:
         self.builder = builder
         self.conditions: list[GraphCondition] = []
         self.definition: GraphDefinition | None = None
         self.ended = False
+        self.counted_end = False  # capture_ended was told (once per capture)
 
     @property
     def _closed(self) -> bool:
@@ -173,9 +177,12 @@ class GraphBuilder(_Collected):
     building, the builder is itself a stream (``__cuda_stream__``): pass it to
     :func:`~cuguard.resources.launch`, to copies and fills, to anything that
     takes a stream; that work becomes nodes. :meth:`launch` and
-    :meth:`callback` queue work the definition keeps alive; what other calls
-    queue through the builder is captured but not kept alive by cuguard (pass
-    those objects to :meth:`keep`). :meth:`split` forks the capture onto new
+    :meth:`callback` queue work the definition keeps alive, and so do
+    cuguard's own ``launch``, copies and fills queued through the builder:
+    from the moment the work is captured, the memory it uses counts as used
+    by a graph, and ``close()`` frees it only once no graph uses it (G6, W5).
+    What other code queues through the builder's handle is captured but not
+    kept alive by cuguard (pass those objects to :meth:`keep`). :meth:`split` forks the capture onto new
     streams, :meth:`join` joins forks back, :meth:`embed` adds a child graph.
     :meth:`end_building` ends the capture and makes :attr:`definition`;
     :meth:`complete` instantiates it.
@@ -373,10 +380,12 @@ class GraphBuilder(_Collected):
         (err,) = driver.cuStreamBeginCapture(handle, _types().CUstreamCaptureMode(value))
         if err:
             raise_status(err, "cuStreamBeginCapture")
-        capture_began(self._stream._context)  # collections needing cuCtxSynchronize wait for its end (O6)
         if mode is not None:
             self._mode = mode
         self._owners = {}
+        # What work captured from now on uses counts as used by a graph, and releases that would meet
+        # the capture wait for its end (G6, W5).
+        capture_began(self._stream, self._owners)
         self._capture = _Capture(self)
         self._building = True
         return self
@@ -434,7 +443,18 @@ class GraphBuilder(_Collected):
                 raise
         owners = self._owners
         capture = self._capture
-        failure = self._finish(None)
+        try:
+            self._adopt_capture(graph, owners, capture)
+        finally:
+            if capture is not None and not capture.counted_end:
+                capture.counted_end = True
+                capture_ended(self._stream)  # after adoption: what the work uses was never unprotected (G6)
+            graph_let_go(list(owners.values()))  # frees only what no graph took (adoption failed)
+        return self
+
+    def _adopt_capture(self, graph: Any, owners: dict[int, object], capture: _Capture | None) -> None:
+        """After a successful end: close the forks, then make the definition (or fill the body) from ``graph``."""
+        failure = self._finish(None, adopting=True)
         if failure is not None:  # a fork's stream or event could not be closed: make nothing (G1)
             (undo,) = driver.cuGraphDestroy(graph)
             if undo:
@@ -442,7 +462,7 @@ class GraphBuilder(_Collected):
             raise failure
         if self._parent is not None:
             self._fill_body(graph, owners)
-            return self
+            return
         definition = GraphDefinition._adopt(graph, self._context, owners, 0)  # destroys the graph if it raises
         if capture is not None and capture.conditions:
             capture.definition = definition
@@ -451,7 +471,6 @@ class GraphBuilder(_Collected):
         previous, self._definition = self._definition, definition
         if previous is not None:
             _close_into(previous, None)
-        return self
 
     def _fill_body(self, graph: Any, owners: dict[int, object]) -> None:
         """Put a body builder's captured ``graph`` into its body (a child graph node); destroy ``graph``.
@@ -522,19 +541,25 @@ class GraphBuilder(_Collected):
             return False
         return int(status) == 0
 
-    def _finish(self, exc: BaseException | None, *, warn: bool = False) -> BaseException | None:
+    def _finish(self, exc: BaseException | None, *, warn: bool = False, adopting: bool = False) -> BaseException | None:
         """The capture has ended: close the forks' streams and the fork and join events.
 
         Failures are notes on ``exc`` when given; otherwise the first is returned (the
         others its notes) for the caller to raise; with ``warn`` each is a
         ``CUDAWarning`` of its own (W1, W2). What failed to close is leaked (W5).
+        With ``adopting`` the caller ends the capture's count itself once the
+        graph holds what its work uses (:func:`capture_ended`).
         """
         self._building = False
-        self._owners = {}
-        if self._capture is not None:
-            if not self._capture.ended:
-                capture_ended(self._stream._context)  # once per capture: deferred collections run (O6)
-            self._capture.ended = True
+        dropped, self._owners = self._owners, {}
+        capture = self._capture
+        if capture is not None:
+            capture.ended = True
+            if not adopting and not capture.counted_end:
+                capture.counted_end = True
+                capture_ended(self._stream)  # once per capture: the releases that waited for it run (G6)
+        if dropped and not adopting:
+            graph_let_go(list(dropped.values()))  # no graph came of it: memory closed meanwhile is freed (W5)
         forks, self._forks = self._forks, []
         events, self._events = self._events, []
         bodies, self._bodies = self._bodies, []
@@ -570,6 +595,7 @@ class GraphBuilder(_Collected):
             fork = ref()
             if fork is not None and fork is not self:
                 fork._joined = True
+            capture_left(stream)
             resources.append(stream)
         resources.extend(events)
         for resource in resources:
@@ -600,14 +626,13 @@ class GraphBuilder(_Collected):
     def keep(self, *objects: object) -> None:
         """Keep ``objects`` alive as long as any graph made from this capture may use them (W5).
 
-        For what work queued through the builder as a plain stream uses (a
-        buffer copied with ``stream=builder``, say). Raises ``RuntimeError`` when
-        not building.
+        For what work queued through the builder's handle by other code uses.
+        Memory among ``objects`` counts as used by a graph from now on:
+        ``close()`` closes it for use and frees it only once no graph made from
+        this capture may run (G6). Raises ``RuntimeError`` when not building.
         """
         self._check_capturing("keep objects")
-        owners = self._root_builder()._owners
-        for obj in objects:
-            owners.setdefault(id(obj), obj)
+        self._retain(list(objects))
 
     def _root_builder(self) -> GraphBuilder:
         return self._root if self._root is not None else self
@@ -627,11 +652,8 @@ class GraphBuilder(_Collected):
         self._retain(owners)
 
     def _retain(self, owners: list[object]) -> None:
-        table = self._root_builder()._owners
-        for owner in owners:
-            table.setdefault(id(owner), owner)
-            if type(owner) is Buffer or type(owner) is PinnedBuffer:
-                owner._graph_used = True  # its close() now asks whether a graph still uses it (W5)
+        """Keep ``owners`` alive with the capture's graph; memory among them is used by a graph from now on (G6)."""
+        retain_captured(self._root_builder()._owners, owners)
 
     def callback(self, fn: Callable[[], object]) -> None:
         """Capture a host node calling ``fn()`` at each launch; ``fn`` lives as long as a graph may call it.
@@ -874,10 +896,7 @@ class GraphBuilder(_Collected):
         follows their fork point, so the capture can still end) and are closed
         with the capture.
         """
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise wrong_kind("count", "an int", count)
-        if count < 1:
-            raise ValueError(f"count must be 1 or more, not {count}")
+        count = int_argument("count", count, 1, UINT_LIMIT)
         self._check_capturing("split")
         if count == 1:
             return (self,)
@@ -899,6 +918,7 @@ class GraphBuilder(_Collected):
         except BaseException as exc:
             for stream in streams[:joined]:
                 root._forks.append((weakref.ref(root), stream))  # in the capture now: closed when it ends
+                capture_joined(stream, root._owners)
             for stream in streams[joined:]:
                 _close_noting(stream, exc)
             if event is not None:
@@ -910,6 +930,7 @@ class GraphBuilder(_Collected):
             fork = object.__new__(GraphBuilder)
             fork._setup(stream, self._mode, root)
             root._forks.append((weakref.ref(fork), stream))  # its stream is closed with the capture
+            capture_joined(stream, root._owners)  # what work captured on it uses belongs to the capture (G6)
             made.append(fork)
         return tuple(made)
 

@@ -85,6 +85,9 @@ def _release_payload(token: int) -> None:
     The objects' own collection reports failures (W1).
     """
     payload = _payloads.pop(token, None)
+    if payload:
+        # Memory closed while this graph used it is freed now, unless another graph still uses it (W5).
+        _memory.graph_let_go(list(payload.values()))
     while payload:
         _, owner = payload.popitem()
         del owner

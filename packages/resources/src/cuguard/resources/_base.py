@@ -29,19 +29,16 @@ from cuguard.errors import (
     add_failure_note,
     collection_deferred,
     defer,
-    deferring_lock,
-    driver,
     format_handle,
+    in_driver_callback,
     refuse_construction,
     report,
     report_error,
 )
+from cuguard.resources import _captures
+from cuguard.resources._relaxed import relax, restore
 
-__all__ = ["Resource", "capture_began", "capture_ended"]
-
-
-_relaxed_mode: list[Any] = []  # CU_STREAM_CAPTURE_MODE_RELAXED, made on first use
-_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
+__all__ = ["Resource"]
 
 
 def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[Any, str]:
@@ -56,7 +53,7 @@ def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[
     each way, thread-local) for ``cuMemFree`` and ``cuMemFreeHost``, but
     ``cuCtxSynchronize`` is refused during any capture of its context, relaxed
     mode or not, and invalidates it: a collection that needs it waits for the
-    captures cuguard began (:func:`capture_began`); during a capture begun
+    captures cuguard began (:mod:`cuguard.resources._captures`); during a capture begun
     outside cuguard (the bindings themselves) it is refused, that capture is
     invalidated and the memory leaked with a ``CUDAWarning`` (W5). If the
     exchange is refused, ``step`` is not run and the refusal is returned (the
@@ -64,91 +61,15 @@ def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[
     reported and the thread keeps relaxed mode (as C3 keeps the cleanup's
     context).
     """
-    if not _relaxed_mode:
-        from cuda.bindings import driver as types
-
-        _relaxed_mode.append(types.CUstreamCaptureMode(_RELAXED))
-    err, old = driver.cuThreadExchangeStreamCaptureMode(_relaxed_mode[0])
+    err, old = relax()  # the one mechanism of cuguard's own calls during captures (_relaxed)
     if err:
         return err, "cuThreadExchangeStreamCaptureMode"
     try:
         return step(handle)
     finally:
-        if int(old) != _RELAXED:
-            (err, _) = driver.cuThreadExchangeStreamCaptureMode(old)
-            if err:
-                report(err, "cuThreadExchangeStreamCaptureMode", handle, "the thread stays in relaxed capture mode")
-
-
-class _Captures:
-    """The captures cuguard knows are in progress in one context, and the collections waiting for them."""
-
-    __slots__ = ("context", "count", "waiting")
-
-    def __init__(self, context: Context) -> None:
-        self.context = context  # kept alive while counted: the key is its identity
-        self.count = 0
-        self.waiting: list[Resource] = []
-
-
-_captures_lock = deferring_lock()
-_captures: dict[int, _Captures] = {}  # id(context) -> its captures in progress
-
-
-def capture_began(context: Context) -> None:
-    """Count a stream capture that began in ``context`` (called by the graphs layer's ``GraphBuilder``).
-
-    While a capture is counted in a context, collecting memory whose free
-    needs ``cuCtxSynchronize`` (a :class:`~cuguard.resources.Buffer` whose
-    stream was closed first, a memory pool's buffer freed without a stream,
-    virtual memory) is deferred: that call, refused during any capture of the
-    context whatever the thread's capture mode, would invalidate the capture
-    (O6). Call :func:`capture_ended` once when the capture ends (a builder
-    whose stream was closed while capturing keeps its capture counted until it
-    is closed or collected). A capture begun with the bindings alone is not
-    counted: collecting such memory during it calls ``cuCtxSynchronize``,
-    which the driver refuses (invalidating that capture); the memory is then
-    leaked with a ``CUDAWarning`` (W5). Never fails.
-    """
-    with _captures_lock:
-        for key in [k for k, e in _captures.items() if e.context._closed and not e.context._released]:
-            # Of a driver that is no longer installed: its builders are never finished, its memory never
-            # released (O3); forget them.
-            del _captures[key]
-        entry = _captures.get(id(context))
-        if entry is None:
-            entry = _captures[id(context)] = _Captures(context)
-        entry.count += 1
-
-
-def capture_ended(context: Context) -> None:
-    """A capture counted by :func:`capture_began` ended: when it was ``context``'s last, run the deferred collections.
-
-    The deferred collections release their memory as a collection does (a
-    refusal is a ``CUDAWarning`` and the memory is leaked, W1, W5), in the
-    calling thread. A call with no capture counted does nothing.
-    """
-    with _captures_lock:
-        entry = _captures.get(id(context))
-        if entry is None or entry.context is not context:
-            return
-        entry.count -= 1
-        if entry.count > 0:
-            return
-        del _captures[id(context)]
-        waiting = entry.waiting
-    for resource in waiting:
-        resource._collect()
-
-
-def _defer_while_capturing(resource: Resource) -> bool:
-    """Whether ``resource``'s collection waits for the captures of its context (then it is queued)."""
-    with _captures_lock:
-        entry = _captures.get(id(resource._context))
-        if entry is None or entry.context is not resource._context:
-            return False
-        entry.waiting.append(resource)
-        return True
+        err = restore(old)
+        if err:
+            report(err, "cuThreadExchangeStreamCaptureMode", handle, "the thread stays in relaxed capture mode")
 
 
 class Resource(Unique):
@@ -288,16 +209,23 @@ class Resource(Unique):
         object is then leaked on purpose (never released a second time). If
         its context was destroyed, nothing is released (that would crash the
         driver), and :class:`~cuguard.errors.ResourceClosedError` says the object
-        was leaked (a wrapper, which owns nothing, is closed quietly).
+        was leaked (a wrapper, which owns nothing, is closed quietly). Inside a
+        CUDA host function (``Stream.launch_host_func``), where CUDA forbids
+        driver calls, the object is closed for use at once and released on
+        cuguard's release thread; a refusal there is a ``CUDAWarning`` (O5, W1).
         """
         if self._closed:
             return
         if self._context._closed:
             self._context_gone()
             return
-        self._closed = True
         if not self._owned:
+            self._closed = True
             return
+        if in_driver_callback():
+            self._close_in_callback()
+            return
+        self._closed = True
         status, call = self._release(True)
         if status:
             self._release_failed(status, call)
@@ -349,9 +277,33 @@ class Resource(Unique):
         context = self._context
         if context._closed and not context._released:  # its driver went away meanwhile (O3)
             return
-        if _captures and self._frees_after_context_sync() and _defer_while_capturing(self):
-            return  # run by capture_ended once the context's captures cuguard knows of have ended
         self._closed = True
+        self._release_collected()
+
+    def _capture_wait(self) -> bool:
+        """Whether releasing now would meet a stream capture (G6); then the release is queued for later.
+
+        Only memory waits (``_capture_unsafe_release``): a stream-ordered free on
+        a stream being captured would be queued into the capture, and a free
+        that needs ``cuCtxSynchronize`` would be refused during a capture of its
+        context and invalidate it.
+        """
+        return False
+
+    def _release_collected(self) -> None:
+        """Release a resource already closed for use, reporting instead of raising (W1).
+
+        Used by collection, by a ``close()`` made inside a CUDA host function
+        (carried out on the release thread, O5) and by releases that waited for
+        a capture to end (G6): while one is still in the way, the release waits
+        again (:mod:`cuguard.resources._captures`).
+        """
+        context = self._context
+        if context._closed and not context._released:  # its driver went away meanwhile (O3)
+            return
+        if self._capture_unsafe_release and self._capture_wait():
+            _captures.wait_for_capture(self)
+            return
         if context._closed:
             report_error(
                 ResourceClosedError(f"{self._what} not released: its context {context!r} was closed before it"),
@@ -366,6 +318,15 @@ class Resource(Unique):
             return
         if status:
             report(status, call, self._handle, f"the {self._what} was leaked")
+
+    def _close_in_callback(self) -> None:
+        """``close()`` inside a CUDA host function: closed for use now, released on the release thread (O5).
+
+        CUDA forbids driver calls there; the release is carried out as a
+        collection is (a refusal is a ``CUDAWarning``, the object leaked).
+        """
+        self._closed = True
+        defer(self._release_collected)
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""

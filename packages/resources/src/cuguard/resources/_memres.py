@@ -182,9 +182,13 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
         (switch with ``cleanup_in``, report, never raise).
         """
 
+    def _free_stream(self, buffer: B) -> Stream | None:
+        """The stream :meth:`_free` of ``buffer`` without a stream queues the free on, or None (not stream-ordered)."""
+        return None
+
     def _free_syncs_context(self, buffer: B) -> bool:
         """Whether :meth:`_free` of ``buffer`` without a stream calls ``cuCtxSynchronize`` (its collection then waits
-        for the captures of its context cuguard knows of, ``_base.capture_began``)."""
+        for the captures of its context cuguard knows of, ``_captures.capture_began``)."""
         return False
 
     def _release_buffer(self, buffer: B, stream: Stream | None, raising: bool) -> tuple[Any, str]:

@@ -12,15 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import (
+    CUDAError,
     call_unraisable,
     deferring_lock,
     driver,
     enter_driver_callback,
     exit_driver_callback,
+    in_driver_callback,
     raise_status,
     report,
     wrong_kind,
 )
+from cuguard.resources import _captures
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 
@@ -100,7 +103,7 @@ class Stream(Resource):
     once the stream is closed; none changes the current context.
     """
 
-    __slots__ = ("_borrowers", "_device", "_lender")
+    __slots__ = ("_borrowers", "_device", "_lender", "_may_capture")
     _what = "stream"
     _factory = "Device.create_stream() (or Stream.wrap() for a stream made elsewhere)"
     _device: int
@@ -108,6 +111,9 @@ class Stream(Resource):
     # wrappers when it closes (_borrowers), so none of them reaches a destroyed stream (S2).
     _lender: object
     _borrowers: list[weakref.ref[Stream]] | None
+    # Whether someone else may be capturing it (a foreign stream, its handle handed out, it waited on an
+    # event, cuguard captured on it): only then does a stream-ordered allocation or free ask the driver.
+    _may_capture: bool
 
     @classmethod
     def _make(cls, handle: Any, context: Context, device: int, owned: bool = True, lender: object = None) -> Stream:
@@ -119,6 +125,7 @@ class Stream(Resource):
         self._closed = False
         self._lender = lender
         self._borrowers = None
+        self._may_capture = not owned
         if type(lender) is Stream:
             if lender._borrowers is None:
                 lender._borrowers = []
@@ -149,10 +156,16 @@ class Stream(Resource):
         if not self._owned:
             return
         fp = _fp
-        if fp is not None:
-            err = fp.stream_destroy(self._handle)  # compiled: the status back, raised here
-        else:
-            (err,) = driver.cuStreamDestroy(self._handle)
+        try:
+            if fp is not None:
+                err = fp.stream_destroy(self._handle)  # compiled: the status back, raised here
+            else:
+                (err,) = driver.cuStreamDestroy(self._handle)
+        except CUDAError:
+            if not in_driver_callback():
+                raise
+            self._close_in_callback()  # refused inside a host function: the release thread destroys it (O5)
+            return
         if err:
             self._release_failed(err, "cuStreamDestroy")
 
@@ -237,6 +250,8 @@ class Stream(Resource):
             (err,) = driver.cuStreamSynchronize(handle)
         if err:
             raise_status(err, "cuStreamSynchronize")
+        if _captures._waiting:
+            _captures.release_waiting()  # frees that waited for a capture begun elsewhere (G6)
 
     def query(self) -> bool:
         """Whether all queued work has finished (never blocks)."""
@@ -328,8 +343,23 @@ class Stream(Resource):
                 _pending.pop(token, None)
             raise_status(err, "cuLaunchHostFunc")
 
+    @property
+    def handle(self) -> Any:
+        """The driver handle (``CUstream``).
+
+        Raises :class:`~cuguard.errors.ResourceClosedError` once closed, once
+        its context was destroyed, or while its driver is not installed.
+        Once handed out, the stream may be captured by code cuguard does not
+        see: its stream-ordered allocations and frees then ask the driver
+        whether it is capturing (G6).
+        """
+        if self._closed or self._context._closed:
+            self._check_open()
+        self._may_capture = True
+        return self._handle
+
     def __cuda_stream__(self) -> tuple[int, int]:
-        """The CUDA stream protocol: ``(0, handle address)``."""
+        """The CUDA stream protocol: ``(0, handle address)`` (hands the handle out, as :attr:`handle` does)."""
         return (0, int(self.handle))
 
 
@@ -345,8 +375,12 @@ def refuse_capturing_allocation(stream: Stream) -> None:
     ``cuStreamIsCapturing``: ``RuntimeError`` when the capture is active (a
     refusal of the query itself is :class:`~cuguard.errors.CUDAError`);
     nothing reaches the allocator then. Shared by every allocation that takes
-    a stream (``Device.allocate``, the memory pools).
+    a stream (``Device.allocate``, the memory pools). A stream no capture can
+    be running on (``_may_capture`` unset: cuguard made it, never captured on
+    it and never handed its handle out) is not asked.
     """
+    if not stream._may_capture:
+        return
     err, capturing = driver.cuStreamIsCapturing(stream._handle)
     if err:
         raise_status(err, "cuStreamIsCapturing")
@@ -449,10 +483,16 @@ class Event(Resource):
             return
         self._closed = True
         fp = _fp
-        if fp is not None:
-            err = fp.event_destroy(self._handle)  # compiled: the status back, raised here
-        else:
-            (err,) = driver.cuEventDestroy(self._handle)
+        try:
+            if fp is not None:
+                err = fp.event_destroy(self._handle)  # compiled: the status back, raised here
+            else:
+                (err,) = driver.cuEventDestroy(self._handle)
+        except CUDAError:
+            if not in_driver_callback():
+                raise
+            self._close_in_callback()  # refused inside a host function: the release thread destroys it (O5)
+            return
         if err:
             self._release_failed(err, "cuEventDestroy")
 

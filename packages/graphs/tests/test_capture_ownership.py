@@ -1,0 +1,253 @@
+"""What captured work uses belongs to the graph from the moment it is captured (G6, W5), and releases never
+enter a capture.
+
+- ``GraphBuilder.keep``, ``GraphBuilder.launch``, ``cuguard.resources.launch`` and copies and fills queued on
+  a builder all count what they use as used by a graph: ``close()`` then closes the buffer for use at once and
+  frees its memory only once no graph or capture uses it.
+- A stream-ordered free that would be queued on a stream being captured waits for the capture's end.
+- Captures are counted per driver context, so a capture on a wrapped foreign stream defers the collections that
+  need ``cuCtxSynchronize`` as a capture on cuguard's own stream does.
+- ``close()`` inside a host function closes the object for use and releases it on cuguard's release thread.
+
+On the simulator the driver's books show what was freed when; on a GPU (``--cuguard-driver=real``) the values a
+graph writes show that no memory was handed out again under it.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import settle
+
+from cuguard.context import Context
+from cuguard.errors import ResourceClosedError, driver
+from cuguard.graphs import GraphBuilder, flush_deferred
+from cuguard.resources import Device, LaunchConfig, Module, Stream, launch
+from cuguard.testing import SimulatedDriver, record_calls
+
+
+def _u32(buf: Any) -> list[int]:
+    host = np.zeros(buf.size // 4, dtype=np.uint32)
+    buf.copy_to(host)
+    return [int(v) for v in host]
+
+
+def _live(drv: Any, handle: int) -> bool:
+    """Whether the simulator still has the allocation ``handle`` (True on a GPU: its books are not visible)."""
+    if not isinstance(drv, SimulatedDriver):
+        return True
+    return any(o.handle == handle for o in drv.live_objects())
+
+
+def _fill_graph(builder: GraphBuilder, module: Module, buf: Any, value: int, how: str) -> None:
+    """Capture a fill of ``buf`` with ``value``; ``how`` says which API queues it."""
+    kernel = module.get_kernel("fill_u32")
+    config = LaunchConfig(grid=1, block=4)
+    if how == "keep":
+        launch(builder.stream, config, kernel, buf, np.uint32(value), 4)  # captured, seen by nobody...
+        builder.keep(buf)  # ...but kept by the user's own word
+    elif how == "builder.launch":
+        builder.launch(config, kernel, buf, np.uint32(value), 4)
+    elif how == "launch":
+        launch(builder, config, kernel, buf, np.uint32(value), 4)
+    else:  # a fill queued through the builder as a stream
+        buf.fill(value, builder)
+
+
+HOW = ["keep", "builder.launch", "launch", "fill"]
+
+
+@pytest.mark.contract("W5", "G5", "G6")
+@pytest.mark.parametrize("how", HOW)
+def test_memory_a_graph_uses_is_not_freed_by_close_before_the_graph_is_gone(
+    cuguard_driver: Any, dev: Device, stream: Stream, module: Module, how: str
+) -> None:
+    buf = dev.allocate(16, stream)
+    stream.sync()
+    handle = int(buf._handle)
+    builder = GraphBuilder(stream).begin_building()
+    _fill_graph(builder, module, buf, 7, how)
+    graph = builder.end_building().complete()
+    builder.close()
+    buf.close()  # closed for use at once...
+    assert buf.closed
+    with pytest.raises(ResourceClosedError):
+        buf.handle  # noqa: B018
+    settle(cuguard_driver)
+    assert _live(cuguard_driver, handle)  # ...but the executable graph still writes to the memory
+    other = dev.allocate(16, stream)  # a new allocation never gets the memory the graph writes to
+    other.fill(0, stream)
+    graph.launch(stream)
+    stream.sync()
+    assert _u32(other) == [0, 0, 0, 0]
+    graph.close()
+    del graph
+    settle(cuguard_driver)
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+    other.close()
+
+
+@pytest.mark.contract("W5", "G6")
+@pytest.mark.parametrize("how", HOW)
+def test_closing_memory_during_the_capture_that_uses_it_defers_the_free(
+    cuguard_driver: Any, dev: Device, stream: Stream, module: Module, how: str
+) -> None:
+    buf = dev.allocate(16, stream)
+    stream.sync()
+    handle = int(buf._handle)
+    builder = GraphBuilder(stream).begin_building()
+    _fill_graph(builder, module, buf, 5, how)
+    with record_calls() as log:
+        buf.close()  # the capture uses it: nothing is freed, nothing enters the capture
+    assert [c.name for c in log if c.name.startswith("cuMemFree")] == []
+    assert buf.closed
+    assert builder.status == "active"
+    graph = builder.end_building().complete()
+    builder.close()
+    settle(cuguard_driver)
+    assert _live(cuguard_driver, handle)
+    graph.launch(stream)
+    stream.sync()
+    graph.close()
+    del graph
+    settle(cuguard_driver)
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+
+
+@pytest.mark.contract("W5", "G6")
+def test_memory_closed_during_an_abandoned_capture_is_freed_when_it_ends(
+    cuguard_driver: Any, dev: Device, stream: Stream, module: Module
+) -> None:
+    buf = dev.allocate(16, stream)
+    stream.sync()
+    handle = int(buf._handle)
+    builder = GraphBuilder(stream).begin_building()
+    builder.launch(LaunchConfig(grid=1, block=4), module.get_kernel("fill_u32"), buf, np.uint32(1), 4)
+    buf.close()
+    assert _live(cuguard_driver, handle)
+    builder.close()  # ends the capture without a graph: nothing uses the memory any more
+    settle(cuguard_driver)
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+
+
+@pytest.mark.contract("G6", "W5")
+@pytest.mark.parametrize("how", ["close", "close(stream=builder)", "collection"])
+def test_a_stream_ordered_free_never_enters_a_capture(
+    cuguard_driver: Any, dev: Device, stream: Stream, how: str
+) -> None:
+    buf = dev.allocate(16, stream)  # allocated on the stream the capture will run on
+    stream.sync()
+    handle = int(buf._handle)
+    builder = GraphBuilder(stream).begin_building()
+    with record_calls() as log:
+        if how == "close":
+            buf.close()
+        elif how == "close(stream=builder)":
+            buf.close(stream=builder)
+        else:
+            del buf
+            gc.collect()
+    assert [c.name for c in log if c.name.startswith("cuMemFree")] == []  # not queued into the capture
+    assert builder.status == "active"
+    with record_calls() as log:
+        builder.end_building()  # the capture ends: the free is made now, outside it
+    assert [c.name for c in log if c.name.startswith("cuMemFree")] == ["cuMemFreeAsync"]
+    assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
+    assert len(builder.definition.nodes) == 0  # the graph holds no free
+    builder.close()
+    stream.sync()
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+
+
+@pytest.mark.contract("G6", "W5")
+def test_a_free_on_a_stream_captured_outside_cuguard_waits_for_that_capture(
+    cuguard_driver: Any, dev: Device, stream: Stream
+) -> None:
+    buf = dev.allocate(16, stream)
+    stream.sync()
+    handle = int(buf._handle)
+    from cuda.bindings import driver as cb
+
+    (err,) = driver.cuStreamBeginCapture(stream.handle, cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+    assert not err
+    with record_calls() as log:
+        buf.close()  # the handle was handed out: cuguard asks whether the stream captures, and waits
+    assert [c.name for c in log] == ["cuStreamIsCapturing"]
+    err, graph = driver.cuStreamEndCapture(stream.handle)
+    assert not err
+    (err,) = driver.cuGraphDestroy(graph)
+    assert not err
+    assert _live(cuguard_driver, handle)
+    with record_calls() as log:
+        stream.sync()  # the next synchronization finds the capture over and frees the memory
+    assert "cuMemFreeAsync" in [c.name for c in log]
+    stream.sync()
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+
+
+@pytest.mark.contract("G6", "O6")
+def test_captures_are_counted_by_driver_context_not_by_wrapper(cuguard_driver: Any, dev: Device) -> None:
+    from cuda.bindings import driver as cb
+
+    dev.set_current()
+    err, raw = driver.cuStreamCreate(1)
+    assert not err
+    try:
+        foreign = Stream.wrap(raw, Context.wrap(dev.context.handle))  # another Context object, the same context
+        assert foreign.context is not dev.context
+        closed_stream = dev.create_stream()
+        buf = dev.allocate(16, closed_stream)
+        closed_stream.sync()
+        closed_stream.close()  # the buffer's free now needs cuCtxSynchronize
+        handle = int(buf._handle)
+        builder = GraphBuilder(foreign).begin_building()
+        with record_calls() as log:
+            del buf
+            gc.collect()
+        assert "cuCtxSynchronize" not in [c.name for c in log]  # it would break the capture: deferred
+        assert builder.status == "active"
+        with record_calls() as log:
+            builder.end_building()
+        assert "cuCtxSynchronize" in [c.name for c in log]
+        assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
+        assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+        builder.close()
+        foreign.close()
+    finally:
+        driver.cuStreamDestroy(raw)
+        driver.cuCtxSetCurrent(cb.CUcontext(0))
+
+
+@pytest.mark.contract("O5", "W1")
+@pytest.mark.parametrize("kind", ["buffer", "pinned", "stream", "event"])
+def test_close_inside_a_host_function_releases_on_the_release_thread(
+    cuguard_driver: Any, dev: Device, stream: Stream, kind: str
+) -> None:
+    if kind == "buffer":
+        obj: Any = dev.allocate(16, stream)
+    elif kind == "pinned":
+        obj = dev.allocate_pinned(16)
+    elif kind == "stream":
+        obj = dev.create_stream()
+    else:
+        obj = dev.create_event()
+    handle = int(obj._handle)
+    ran = threading.Event()
+
+    def close_it() -> None:
+        obj.close()
+        ran.set()
+
+    stream.launch_host_func(close_it)
+    stream.sync()
+    assert ran.wait(10)
+    assert obj.closed
+    assert flush_deferred(10)
+    if isinstance(cuguard_driver, SimulatedDriver):
+        cuguard_driver.drain()
+        assert not _live(cuguard_driver, handle)  # released, not leaked
+    obj.close()  # idempotent: nothing more happens

@@ -1,0 +1,215 @@
+"""Stream captures in progress, what their work uses, and the releases that wait for them (G6, W5, O6).
+
+cuguard knows of two kinds of capture:
+
+- Captures a ``GraphBuilder`` runs (the graphs layer calls :func:`capture_began`
+  and :func:`capture_ended`). They are counted per *driver* context (the
+  context's handle, never the Python wrapper: a foreign stream's wrapper and a
+  device's primary context are the same context to CUDA), and each stream they
+  capture on (the root's, its forks', a conditional body's) is marked with the
+  capture's *owner table*: the objects the captured work uses. Every cuguard
+  operation that queues work referencing memory, a kernel or an event on such a
+  stream adds them to that table (:func:`retain_captured`), and memory in a
+  table counts as used by a graph from the moment its work is captured
+  (:func:`used_by_capture`): ``close()`` does not free it under the graph (W5).
+- Captures begun elsewhere (the bindings, another library) on a stream cuguard
+  may see: such a stream is asked ``cuStreamIsCapturing`` before a stream-ordered
+  free is queued on it, only when it *may* be capturing (``Stream._may_capture``:
+  a foreign stream, one whose handle was handed out, one that waited on an event,
+  one cuguard captured on), so a stream only cuguard ever used costs no query.
+
+A release that would be queued into a capture (a stream-ordered free on a
+capturing stream), or that needs ``cuCtxSynchronize`` while a capture of its
+context runs (refused by the driver during any capture of the context, and the
+refusal invalidates that capture), waits: the object is closed for use at once
+and released when the capture ends (:func:`capture_ended`), or, for a capture
+cuguard did not begin, at the next :func:`release_waiting` (a cuguard capture of
+any context ending, ``Stream.sync()``, ``Device.sync()``) that finds it over.
+A deferred release reports failures as ``CUDAWarning`` (W1): nothing can raise
+for it any more.
+
+Nothing here holds its lock while it calls the driver or runs a release, so a
+garbage collection inside never deadlocks on it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from cuguard.errors import driver, on_driver_change
+
+if TYPE_CHECKING:
+    from cuguard.context import Context
+    from cuguard.resources._base import Resource
+    from cuguard.resources._stream import Stream
+
+__all__ = [
+    "capture_began",
+    "capture_ended",
+    "capture_joined",
+    "capture_left",
+    "captured_into",
+    "context_capturing",
+    "release_waiting",
+    "retain_captured",
+    "stream_capturing",
+    "used_by_capture",
+    "wait_for_capture",
+]
+
+#: ``CU_STREAM_CAPTURE_STATUS_NONE``: the stream is not being captured.
+_CAPTURE_NONE = 0
+
+_lock = threading.Lock()
+# (driver token id, context handle) -> the number of cuguard captures in progress in that context.
+_counts: dict[tuple[int, int], int] = {}
+# stream handle -> the owner table of the cuguard capture running on that stream (shared by a root and its forks).
+_tables: dict[int, dict[int, object]] = {}
+# Releases waiting for a capture to end, in the order they became due.
+_waiting: list[Resource] = []
+
+
+def _key(context: Context) -> tuple[int, int]:
+    return (id(context._driver), context._int)
+
+
+def capture_began(stream: Stream, owners: dict[int, object]) -> None:
+    """A capture began on ``stream``: count it in the stream's driver context; its work feeds ``owners``.
+
+    Called once per capture by the graphs layer (a ``GraphBuilder``'s root or
+    conditional body). Until :func:`capture_ended`, collections of memory whose
+    free needs ``cuCtxSynchronize`` wait, frees that would be queued on
+    ``stream`` wait, and work queued on ``stream`` through cuguard adds what it
+    uses to ``owners``. Never fails.
+    """
+    stream._may_capture = True
+    key = _key(stream._context)
+    with _lock:
+        _counts[key] = _counts.get(key, 0) + 1
+        _tables[int(stream._handle)] = owners
+
+
+def capture_joined(stream: Stream, owners: dict[int, object]) -> None:
+    """``stream`` joined a capture (a fork): its work feeds ``owners`` too; nothing more is counted."""
+    stream._may_capture = True
+    with _lock:
+        _tables[int(stream._handle)] = owners
+
+
+def capture_left(stream: Stream) -> None:
+    """``stream`` no longer captures (a fork's part ended): forget its owner table. Never fails."""
+    with _lock:
+        _tables.pop(int(stream._handle), None)
+
+
+def capture_ended(stream: Stream) -> None:
+    """The capture :func:`capture_began` counted on ``stream`` ended: forget it, then run the releases due.
+
+    Releases that waited for it are carried out in the calling thread as
+    collections are (a refusal is a ``CUDAWarning``, the object leaked: W1, W5).
+    Call it once per :func:`capture_began`; a stream of a driver that is no
+    longer installed is only forgotten.
+    """
+    key = _key(stream._context)
+    with _lock:
+        _tables.pop(int(stream._handle), None)
+        count = _counts.get(key, 0) - 1
+        if count > 0:
+            _counts[key] = count
+        else:
+            _counts.pop(key, None)
+    release_waiting()
+
+
+def captured_into(stream: Stream) -> dict[int, object] | None:
+    """The owner table of the cuguard capture running on ``stream``, or None (cheap when no capture runs)."""
+    if not _tables:
+        return None
+    return _tables.get(int(stream._handle))
+
+
+def retain_captured(owners: dict[int, object], objects: tuple[object, ...] | list[object]) -> None:
+    """Keep ``objects`` alive with a capture's graph; memory among them counts as used by a graph (W5, G6)."""
+    from cuguard.resources._memory import Buffer, PinnedBuffer
+
+    for obj in objects:
+        owners.setdefault(id(obj), obj)
+        if type(obj) is Buffer or type(obj) is PinnedBuffer:
+            obj._graph_used = True  # its close() now asks whether a graph still uses it
+
+
+def used_by_capture(obj: object) -> bool:
+    """Whether a cuguard capture in progress uses ``obj`` (its captured work would run on it)."""
+    if not _tables:
+        return False
+    key = id(obj)
+    with _lock:
+        tables = list(_tables.values())
+    return any(table.get(key) is obj for table in tables)
+
+
+def context_capturing(context: Context) -> bool:
+    """Whether cuguard runs a capture in ``context``'s driver context (``cuCtxSynchronize`` would break it)."""
+    return bool(_counts) and _key(context) in _counts
+
+
+def stream_capturing(stream: Stream) -> bool:
+    """Whether work queued on ``stream`` now would be captured (or refused as part of an invalidated capture).
+
+    A stream cuguard captures on answers at once; a stream that may be
+    captured by someone else (``_may_capture``) is asked (``cuStreamIsCapturing``,
+    with the thread's capture mode as it is: the query is allowed in every
+    mode); any other stream is not capturing. A refused query answers
+    ``False``: the release then goes ahead and reports what the driver says.
+    """
+    if _tables and int(stream._handle) in _tables:
+        return True
+    if not stream._may_capture:
+        return False
+    err, status = driver.cuStreamIsCapturing(stream._handle)
+    return not err and int(status) != _CAPTURE_NONE
+
+
+def wait_for_capture(resource: Resource) -> None:
+    """Queue ``resource``'s release (already closed for use) until the capture in its way ends."""
+    with _lock:
+        _waiting.append(resource)
+
+
+_running = threading.local()
+
+
+def release_waiting() -> None:
+    """Carry out the waiting releases whose captures have ended; the others keep waiting.
+
+    Each is asked again (``Resource._capture_wait``) and released as a
+    collection is (failures are ``CUDAWarning``, W1). Cheap when nothing waits.
+    Not reentrant per thread: a release that ends a capture does not recurse.
+    """
+    if not _waiting or getattr(_running, "active", False):
+        return
+    _running.active = True
+    try:
+        with _lock:
+            due = _waiting[:]
+            _waiting.clear()
+        for resource in due:
+            resource._release_collected()  # queues itself again while its capture goes on
+    finally:
+        _running.active = False
+
+
+def _driver_changed(_token: Any) -> None:
+    """The installed driver changed: the captures counted so far are of another driver; forget them (O3).
+
+    Waiting releases stay queued: one of a driver no longer installed is dropped
+    by its own release (it never reaches a driver), one of the driver installed
+    again is carried out when it is due.
+    """
+    with _lock:
+        _counts.clear()
+        _tables.clear()
+
+
+on_driver_change(_driver_changed)
