@@ -7,6 +7,12 @@ launch that caused it, and the :class:`~cuguard.errors.StickyCUDAError` names
 the kernel, its grid and block and a summary of its arguments. Every launch
 becomes synchronous: it is for finding a fault, not for production.
 
+A launch queued on a stream that is being captured into a graph is not waited
+for (it runs nothing yet, and waiting would invalidate the capture, G6): the
+launch path asks ``cuStreamIsCapturing`` first. The captured work is
+attributed when the graph runs: the launch of the executable graph is waited
+for, and a fault inside it names that graph launch.
+
 Turn it on for the whole process with the environment variable
 ``CUGUARD_ATTRIBUTE_FAULTS=1`` (read when cuguard is imported), or for a block
 with :func:`attribute_faults`.

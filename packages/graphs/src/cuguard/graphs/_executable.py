@@ -169,7 +169,10 @@ class Graph(_Collected):
 
         With fault attribution on (:func:`~cuguard.errors.attribute_faults`) it waits
         for the run, and a kernel fault inside it raises
-        :class:`~cuguard.errors.StickyCUDAError` naming this launch.
+        :class:`~cuguard.errors.StickyCUDAError` naming this launch. This is
+        where work captured with a ``GraphBuilder`` is attributed: a captured
+        launch is not waited for while its stream captures (that would
+        invalidate the capture).
         """
         context = self._context
         if self._closed or self._driver is not driver_token() or (context is not None and context._closed):

@@ -22,6 +22,14 @@ never consumed ends its export there; a consumed one waits for its deleter.
 Import. :func:`import_capsule` consumes a capsule of another library (any
 DLPack producer) and returns what a Buffer needs; the producer's deleter is
 called when the returned keeper is collected.
+
+Foreign owners. What keeps memory made elsewhere alive (the consumed tensor and
+its producer, a ``__cuda_array_interface__`` exporter, the owner given to
+``Buffer.from_handle``) is held through a :class:`Lent`. Another library's
+destructor or DLPack deleter may call CUDA; when the last reference goes inside
+a CUDA host function or user-object destructor, where CUDA forbids API calls,
+the :class:`Lent` hands what it holds to cuguard's release thread, which lets
+go of it there (O5).
 """
 
 from __future__ import annotations
@@ -31,9 +39,9 @@ import gc
 import sys
 from typing import Any
 
-from cuguard.errors import deferring_lock
+from cuguard.errors import defer, deferring_lock, in_driver_callback
 
-__all__ = ["KDL_CUDA", "KDL_CUDA_HOST", "export", "import_capsule", "live_exports"]
+__all__ = ["KDL_CUDA", "KDL_CUDA_HOST", "Lent", "export", "import_capsule", "live_exports"]
 
 KDL_CPU = 1
 KDL_CUDA = 2
@@ -228,10 +236,22 @@ def live_exports() -> int:
 # --- import ----------------------------------------------------------------------------------
 
 
+def _call_deleter(deleter: int, address: int) -> None:
+    _DELETER_TYPE(deleter)(address)
+
+
+def _let_go(held: object) -> None:
+    """Run on the release thread: ``held``'s last reference goes with this call's arguments."""
+    del held
+
+
 class Imported:
     """Keeps a consumed foreign tensor: calls the producer's deleter when collected.
 
-    Once the interpreter is finalizing nothing is called (the tensor is leaked, S1).
+    Collected inside a CUDA host function or user-object destructor, the
+    deleter (which may call CUDA) is handed to cuguard's release thread and
+    called there (O5). Once the interpreter is finalizing nothing is called
+    (the tensor is leaked, S1).
     """
 
     __slots__ = ("__weakref__", "_address", "_deleter")
@@ -241,13 +261,46 @@ class Imported:
         self._deleter = deleter
 
     def release(self) -> None:
+        """Call the producer's deleter now (once; later calls do nothing)."""
         deleter, self._deleter = self._deleter, None
         if deleter:
-            _DELETER_TYPE(deleter)(self._address)
+            _call_deleter(deleter, self._address)
 
     def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
-        if not _finalizing():
-            self.release()
+        if _finalizing():
+            return
+        if in_driver_callback():
+            deleter, self._deleter = self._deleter, None
+            if deleter:
+                defer(_call_deleter, deleter, self._address)  # O5: never on the driver's thread
+            return
+        self.release()
+
+
+class Lent:
+    """Holds what keeps memory made elsewhere alive; lets go of it on the release thread when due on a driver's thread.
+
+    Another library's object (a producer's array, a consumed tensor) may call
+    CUDA when it goes away. Collected inside a CUDA host function or
+    user-object destructor, where CUDA forbids API calls, this object hands
+    what it holds to cuguard's release thread, which drops it there (O5).
+    Never raises.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self, held: object) -> None:
+        self._held = held
+
+    @property
+    def held(self) -> object:
+        """What is kept alive."""
+        return self._held
+
+    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
+        if not _finalizing() and in_driver_callback():
+            held, self._held = self._held, None
+            defer(_let_go, held)  # the queue holds the last reference now; the release thread drops it
 
 
 def import_capsule(capsule: Any) -> tuple[int, int, int, int, Imported]:

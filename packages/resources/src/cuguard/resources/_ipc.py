@@ -12,9 +12,15 @@ Ownership rules:
 - The importing process owns what it imported: the imported pool
   (:meth:`DeviceMemoryResource.from_allocation_handle`) and each imported
   buffer (:meth:`Buffer.from_ipc_descriptor`); it frees them itself
-  (``close()`` or collection). An imported buffer must be freed before the
-  exporter frees its own buffer (order it, e.g., with an IPC event or a
-  message): the driver leaves freeing it afterwards undefined. A release the
+  (``close()`` or collection). Importing the same pool again in the same
+  process gives the same driver pool (the driver returns the same handle,
+  and one ``cuMemPoolDestroy`` ends it for every import): the resources made
+  by the imports share it (:class:`SharedImport`), and the pool is destroyed
+  with the last of them, once each has let go (closed or collected, its
+  buffers freed); never under a resource still holding it, never twice.
+  An imported buffer must be freed before the exporter frees its own buffer
+  (order it, e.g., with an IPC event or a message): the driver leaves
+  freeing it afterwards undefined. A release the
   driver refuses (an exporter that went away first...) leaks the imported
   buffer and reports it, as every release does; nothing is freed twice.
 - IPC events (``Device.create_event(ipc_enabled=True)``) are shared by an
@@ -27,13 +33,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import call_in
-from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.errors import driver, driver_state, raise_status, report, wrong_kind
 from cuguard.resources._memory import Buffer
+from cuguard.resources._relaxed import on_own_behalf
 from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, driver_types
 
 __all__ = ["IPCAllocationHandle", "IPCBufferDescriptor", "IPCEventDescriptor"]
@@ -212,8 +220,112 @@ def _import_pool(fd: int) -> Any:
     return pool
 
 
+class _Imports:
+    """The pools this process imported under one driver, and how many imports are in progress."""
+
+    __slots__ = ("importing", "orphaned", "pools")
+
+    def __init__(self) -> None:
+        self.pools: dict[int, SharedImport] = {}
+        self.importing = 0
+        self.orphaned: list[SharedImport] = []  # let go of by every holder while an import was in progress
+
+
+class SharedImport:
+    """One imported driver pool and the number of :class:`DeviceMemoryResource` objects holding it (O1, S2).
+
+    The driver answers a second import of the same pool in a process with
+    the same handle, and a single ``cuMemPoolDestroy`` ends the pool for
+    every import. So the resources made by such imports hold one
+    ``SharedImport`` between them; each lets go once (:meth:`let_go`, when
+    it would have destroyed the pool), and only the last destroys it.
+    """
+
+    __slots__ = ("handle", "holders", "imports")
+
+    def __init__(self, handle: int, imports: _Imports) -> None:
+        self.handle = handle
+        self.holders = 1
+        self.imports = imports
+
+    def let_go(self) -> bool:
+        """One holder lets go: whether it was the last and must destroy the pool now.
+
+        While another import is in progress (which may be getting this very
+        handle from the driver) the pool is kept; that import either holds
+        it or destroys it when it ends.
+        """
+        with _imports_lock:
+            self.holders -= 1
+            if self.holders > 0:
+                return False
+            if self.imports.importing:
+                self.imports.orphaned.append(self)
+                return False
+            if self.imports.pools.get(self.handle) is self:
+                del self.imports.pools[self.handle]
+            return True
+
+
+# Re-entrant: a garbage collection inside a locked section may let go of an imported pool.
+_imports_lock = threading.RLock()
+_IMPORTS = "imported memory pools"
+
+
+def _imports() -> _Imports:
+    state = driver_state()
+    imports: _Imports | None = state.get(_IMPORTS)
+    if imports is None:
+        imports = state.setdefault(_IMPORTS, _Imports())
+    return imports
+
+
+def _undo_import(imports: _Imports) -> Any:
+    """The undo of an import: destroy the pool unless this process holds it already (then nothing was made)."""
+
+    def undo(pool: Any) -> None:
+        with _imports_lock:
+            held = int(pool) in imports.pools
+        if not held:
+            _pool_destroy(pool)
+
+    return undo
+
+
+def _end_import(imports: _Imports, pool: Any | None, candidate: SharedImport) -> SharedImport | None:
+    """An import ended (``pool``: what it got, or None when it failed): count its holder; destroy orphans."""
+    orphans: list[SharedImport] = []
+    entry: SharedImport | None = None
+    with _imports_lock:
+        imports.importing -= 1
+        if pool is not None:
+            entry = imports.pools.get(candidate.handle)
+            if entry is None:
+                entry = imports.pools[candidate.handle] = candidate
+            elif entry.holders == 0:
+                entry.holders = 1  # let go of meanwhile, kept for this import: held again
+            else:
+                entry.holders += 1
+        if not imports.importing and imports.orphaned:
+            orphans, imports.orphaned = imports.orphaned, orphans
+            for orphan in orphans:
+                if orphan.holders == 0 and imports.pools.get(orphan.handle) is orphan:
+                    del imports.pools[orphan.handle]
+    for orphan in orphans:
+        if orphan.holders == 0:
+            (err,) = driver.cuMemPoolDestroy(driver_types().CUmemoryPool(orphan.handle))
+            if err:
+                report(err, "cuMemPoolDestroy", orphan.handle, "the imported memory pool was leaked")
+    return entry
+
+
 def import_pool(cls: Any, device: Any, alloc_handle: Any) -> Any:
-    """``DeviceMemoryResource.from_allocation_handle``."""
+    """``DeviceMemoryResource.from_allocation_handle``.
+
+    The import runs in relaxed capture mode (cuguard's own set-up, G6). A
+    pool this process holds already (the driver returns its handle again)
+    gives a new resource sharing it (:class:`SharedImport`).
+    """
     if isinstance(alloc_handle, IPCAllocationHandle):
         fd = alloc_handle.fd
     elif not isinstance(alloc_handle, bool) and isinstance(alloc_handle, int):
@@ -223,8 +335,17 @@ def import_pool(cls: Any, device: Any, alloc_handle: Any) -> Any:
     else:
         raise wrong_kind("alloc_handle", "an IPCAllocationHandle or an int file descriptor", alloc_handle)
     context = device.context
-    pool = call_in(context, _import_pool, _pool_destroy, fd)
-    return cls._imported_pool(pool, context, device.ordinal)
+    imports = _imports()
+    undo = _undo_import(imports)
+    with _imports_lock:
+        imports.importing += 1
+    pool = None
+    try:
+        pool = call_in(context, on_own_behalf, undo, _import_pool, undo, fd)
+    finally:
+        candidate = SharedImport(0 if pool is None else int(pool), imports)
+        shared = _end_import(imports, pool, candidate)
+    return cls._imported_pool(pool, context, device.ordinal, shared)
 
 
 # --- buffers -------------------------------------------------------------------------------

@@ -179,8 +179,10 @@ class Buffer(Resource):
             if isinstance(device, bool) or not isinstance(device, int):
                 raise wrong_kind("device", "a Device or a device ordinal", device)
             device = Device(device)
+        # Held through a Lent: another library's object may call CUDA as it goes, never on a driver's thread (O5).
+        held = None if lender is None else _dlpack.Lent(lender)
         return cls._made(
-            driver_types().CUdeviceptr(ptr), device.context, device.ordinal, size, owned=False, lender=lender
+            driver_types().CUdeviceptr(ptr), device.context, device.ordinal, size, owned=False, lender=held
         )
 
     @classmethod

@@ -438,7 +438,9 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
     the kernel surfaces later, at a synchronization, as a
     :class:`~cuguard.errors.StickyCUDAError` naming the first fault; with fault
     attribution on (:func:`~cuguard.errors.attribute_faults`), this call waits
-    for the kernel and raises that error itself, naming this launch.
+    for the kernel and raises that error itself, naming this launch; a launch
+    captured into a graph is not waited for (that would invalidate the
+    capture): the graph's launch is attributed instead.
     """
     if type(config) is not LaunchConfig and not isinstance(config, LaunchConfig):
         raise wrong_kind("config", "a LaunchConfig", config)
@@ -503,7 +505,11 @@ def _describe_arg(arg: Any) -> str:
 def wait_attributed(stream: Stream, describe: Callable[[], str]) -> None:
     """Fault attribution (E5): wait for ``stream``; a sticky fault is raised naming ``describe()``.
 
-    Any other failure of the wait is raised as it is (:class:`~cuguard.errors.CUDAError`).
+    A stream being captured into a graph (``cuStreamIsCapturing``: active or
+    invalidated) is not waited for: its work runs only when the graph is
+    launched, and waiting would invalidate the capture (G6); the fault is
+    attributed at that graph's launch instead. Any other failure of the query
+    or the wait is raised as it is (:class:`~cuguard.errors.CUDAError`).
     ``stream`` is a :class:`Stream` or any ``__cuda_stream__`` object (``TypeError`` otherwise,
     ``ResourceClosedError`` for one that refuses use); ``describe`` must be callable.
     """
@@ -512,6 +518,11 @@ def wait_attributed(stream: Stream, describe: Callable[[], str]) -> None:
     if not callable(describe):
         raise wrong_kind("describe", "a callable returning the launch's description", describe)
     handle = stream.handle  # refuses a closed stream, or one of another driver, before the driver
+    err, capturing = driver.cuStreamIsCapturing(handle)
+    if err:
+        raise_status(err, "cuStreamIsCapturing")
+    if int(capturing):  # CU_STREAM_CAPTURE_STATUS_NONE is 0: captured work is attributed at the graph's launch
+        return
     (err,) = driver.cuStreamSynchronize(handle)
     if err:
         if is_sticky(err):

@@ -14,11 +14,12 @@ from typing import Any
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, report, wrong_kind
-from cuguard.resources._base import Resource
-from cuguard.resources._ipc import IPCAllocationHandle
+from cuguard.resources._base import Resource, _unprohibited
+from cuguard.resources._ipc import IPCAllocationHandle, SharedImport
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
 from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._memres import MemoryResource, stream_argument
+from cuguard.resources._relaxed import on_own_behalf
 from cuguard.resources._stream import Stream, driver_types, refuse_capturing_allocation
 
 __all__ = [
@@ -200,6 +201,11 @@ def _pool_destroy(pool: Any) -> None:
         raise_status(err, "cuMemPoolDestroy")
 
 
+def _destroy_status(pool: Any) -> tuple[Any, str]:
+    (err,) = driver.cuMemPoolDestroy(pool)
+    return err, "cuMemPoolDestroy"
+
+
 def _grant_access(pool: Any, device: int) -> None:
     types = driver_types()
     desc = types.CUmemAccessDesc()
@@ -298,7 +304,17 @@ class _PoolResource(MemoryResource[Any], Resource):
         if self._closed or self._context._closed:
             self._check_open()
 
-    def _setup(self, handle: Any, context: Context, device: int, *, owned: bool, ipc: bool, imported: bool) -> None:
+    def _setup(
+        self,
+        handle: Any,
+        context: Context,
+        device: int,
+        *,
+        owned: bool,
+        ipc: bool,
+        imported: bool,
+        shared: SharedImport | None = None,
+    ) -> None:
         MemoryResource.__init__(self)
         self._init(handle, context, owned)
         self._device_ordinal = device
@@ -306,6 +322,23 @@ class _PoolResource(MemoryResource[Any], Resource):
         self._imported = imported
         self._exported = False
         self._destroy_pending = False  # closed while buffers were allocated: destroyed after the last
+        self._shared = shared  # an imported pool: the holders of that import in this process (O1)
+
+    def _destroy_pool(self, raising: bool) -> tuple[Any, str]:
+        """Destroy the pool (``cuMemPoolDestroy``): ``(status, call)``.
+
+        An imported pool is destroyed only by the last resource of this
+        process that holds it (:class:`~cuguard.resources._ipc.SharedImport`);
+        the others only let go (O1, S2). A collection's destroy (not
+        ``raising``) is cuguard's own release and runs in relaxed capture
+        mode (G6).
+        """
+        shared = self._shared
+        if shared is not None and not shared.let_go():
+            return 0, ""
+        if raising:
+            return _destroy_status(self._handle)
+        return _unprohibited(_destroy_status, self._handle)
 
     @property
     def attributes(self) -> MemoryPoolAttributes:
@@ -402,15 +435,14 @@ class _PoolResource(MemoryResource[Any], Resource):
             # program that frees first and destroys last uses.
             self._destroy_pending = True
             return 0, ""
-        (err,) = driver.cuMemPoolDestroy(self._handle)
-        return err, "cuMemPoolDestroy"
+        return self._destroy_pool(raising)
 
     def _release_buffer(self, buffer: Any, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         status, call = super()._release_buffer(buffer, stream, raising)
         if status or not self._destroy_pending or self._outstanding or self.leaked:
             return status, call  # after a refused free the pool is leaked with that buffer (W5)
         self._destroy_pending = False
-        (err,) = driver.cuMemPoolDestroy(self._handle)
+        err, _ = self._destroy_pool(raising)
         if err:
             if raising:
                 raise CUDAError(
@@ -440,7 +472,9 @@ class _PoolResource(MemoryResource[Any], Resource):
         leaked with it). A pool one of whose buffers was leaked (its free
         was refused) is never destroyed: it is leaked with that buffer's
         memory (W5). A pool this resource does not own (a device's
-        current pool) is left alone. A refused destroy raises
+        current pool) is left alone. An imported pool that another resource
+        of this process imported too is only let go: the last of them
+        destroys it. A refused destroy raises
         :class:`~cuguard.errors.CUDAError`; the pool is then leaked, never
         destroyed twice.
         """
@@ -459,6 +493,9 @@ class DeviceMemoryResource(_PoolResource):
     process imports it with :meth:`from_allocation_handle`, and buffers move
     by :meth:`Buffer.get_ipc_descriptor` and :meth:`Buffer.from_ipc_descriptor`.
 
+    Creating a pool (its options included) is cuguard's own set-up: it runs
+    with the thread in relaxed capture mode, so a stream capture in progress
+    in any thread neither refuses it nor is invalidated by it (G6).
     Raises :class:`~cuguard.errors.CUDAError` if the driver refuses (no pool
     exists then: a pool created before a failing option is destroyed again),
     ``TypeError``/``ValueError`` for bad arguments before any driver call.
@@ -493,13 +530,15 @@ class DeviceMemoryResource(_PoolResource):
             else types.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
         )
         props.maxSize = max_size
-        pool = _create_pool(props, settings)
+        pool = on_own_behalf(_create_pool, _pool_destroy, props, settings)  # set-up never meets a capture (G6)
         self._setup(pool, context, dev.ordinal, owned=True, ipc=options.ipc_enabled, imported=False)
 
     @classmethod
-    def _imported_pool(cls, handle: Any, context: Context, device: int) -> DeviceMemoryResource:
+    def _imported_pool(
+        cls, handle: Any, context: Context, device: int, shared: SharedImport | None
+    ) -> DeviceMemoryResource:
         self = object.__new__(cls)
-        self._setup(handle, context, device, owned=True, ipc=True, imported=True)
+        self._setup(handle, context, device, owned=True, ipc=True, imported=True, shared=shared)
         return self
 
     @classmethod
@@ -511,6 +550,11 @@ class DeviceMemoryResource(_PoolResource):
         descriptor stays the caller's (close it when done). The imported
         resource owns the import (closing it releases the import) and only
         maps buffers the exporter describes (:meth:`Buffer.from_ipc_descriptor`).
+        Importing a pool this process holds already (the driver then gives
+        the same pool again) makes another resource sharing that import: the
+        pool is destroyed by the last of them to let go, never under another.
+        The import runs with the thread in relaxed capture mode, so a capture
+        in progress anywhere neither refuses it nor is invalidated by it (G6).
         Raises :class:`~cuguard.errors.CUDAError` if the driver refuses
         (nothing was imported then).
         """
@@ -580,7 +624,9 @@ class PinnedMemoryResource(_PoolResource):
     ``device`` (a :class:`Device` or ordinal) is given read-write access to
     it: creation is ``cuMemPoolCreate``, the options, then
     ``cuMemPoolSetAccess``, all or nothing (a failed step destroys the new
-    pool before the error propagates). A driver whose memory pools cannot live
+    pool before the error propagates), with the thread in relaxed capture
+    mode (a capture in progress in any thread neither refuses nor is
+    invalidated by it, G6). A driver whose memory pools cannot live
     on the host refuses with :class:`~cuguard.errors.CUDAError`
     (``CUDA_ERROR_NOT_SUPPORTED`` or ``CUDA_ERROR_INVALID_VALUE``), nothing
     created. Buffers are :class:`PinnedBuffer` objects, readable by the host
@@ -608,7 +654,7 @@ class PinnedMemoryResource(_PoolResource):
         props.location.id = _nonnegative(options.numa_id, "numa_id")
         props.handleTypes = types.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
         props.maxSize = max_size
-        pool = _create_pool(props, settings, dev.ordinal)
+        pool = on_own_behalf(_create_pool, _pool_destroy, props, settings, dev.ordinal)  # never meets a capture (G6)
         self._setup(pool, context, dev.ordinal, owned=True, ipc=False, imported=False)
 
     @property

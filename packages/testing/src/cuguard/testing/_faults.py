@@ -260,6 +260,8 @@ class FaultProxy:
         key = (kind, handle)
         with self._lock:
             count = self.live.get(key, 0) + delta
+            if kind == "memory_pool" and count > 1:
+                count = 1  # a pool imported again is the same pool (an H200's answer): one destroy ends it
             if count > 0:
                 self.live[key] = count
             else:

@@ -41,7 +41,9 @@ Rules (documented in the CUDA driver API unless marked assumed):
   mode is also prohibited while another thread has a capture begun in global
   mode; a thread in relaxed mode never is. The captures that prohibited the
   call are invalidated (assumed). ``cuMemAllocManaged`` is one of them (as on
-  an H200).
+  an H200), and so is ``cuMemPoolCreate`` (an H200 refused it in a thread in
+  global mode while another thread captured in global mode, and that capture
+  was invalidated).
 - With :data:`ENFORCE_SYNC_DURING_CAPTURE` on (off by default for now; the
   differential harness and the rule's tests turn it on), ``cuCtxSynchronize``
   while any stream of the current context is capturing
@@ -96,6 +98,7 @@ from cuda.bindings import driver as cb
 from cuguard.testing._bindings import EDGE_DATA
 from cuguard.testing._sim.core import DEVICE_BASE, OK, SUCCESS, Status, api, h
 from cuguard.testing._sim.graphs import Graph, KernelSpec, Node, SimGraphs
+from cuguard.testing._sim.pools import SimPools
 from cuguard.testing._sim.queries import SimQueries
 from cuguard.testing._sim.state import Event, Function, Stream
 
@@ -134,6 +137,7 @@ UNSAFE_DURING_CAPTURE: frozenset[str] = frozenset(
         "cuMemHostAlloc",
         "cuMemAllocManaged",
         "cuMemFreeHost",
+        "cuMemPoolCreate",
         "cuCtxSynchronize",
         "cuMemcpy",
         "cuMemcpyHtoD",
@@ -693,7 +697,7 @@ def _guard(name: str, outputs: int) -> Callable[..., tuple[Any, ...]]:
         return result
 
     guarded.__name__ = guarded.__qualname__ = name
-    original = getattr(SimGraphs, name, None) or getattr(SimQueries, name)
+    original = getattr(SimGraphs, name, None) or getattr(SimQueries, name, None) or getattr(SimPools, name)
     guarded.__wrapped__ = original  # type: ignore[attr-defined]  # its signature and documentation
     guarded.__doc__ = original.__doc__
     return guarded
@@ -706,6 +710,7 @@ for _name, _outputs in (
     ("cuMemHostAlloc", 1),
     ("cuMemAllocManaged", 1),
     ("cuMemFreeHost", 0),
+    ("cuMemPoolCreate", 1),
     ("cuCtxSynchronize", 0),
     ("cuMemcpy", 0),
     ("cuMemcpyHtoD", 0),

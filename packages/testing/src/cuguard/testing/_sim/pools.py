@@ -33,7 +33,10 @@ Model:
   its stream is refused too (``CUDA_ERROR_INVALID_VALUE``; assumed, probed by
   ``pool_export_pointer_after_pool_export`` in ``scripts/differential.py``).
   ``cuMemPoolImportPointer`` needs no context current (as an H200); the
-  mapping then belongs to the pool's device's primary context.
+  mapping then belongs to the pool's device's primary context. Importing a
+  pool this process has imported already (and not destroyed) returns the same
+  handle and makes no second pool, as an H200 did; one ``cuMemPoolDestroy``
+  then ends it for every import (a second is a destroy of a destroyed pool).
 - IPC events (``CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING``) export a
   64-byte handle (``cuIpcGetEventHandle`` with no context current killed the
   real process with SIGSEGV on an H200: :class:`SimulatedCrash`); opening
@@ -495,6 +498,10 @@ class SimPools(SimCore):
         device, location = struct.unpack("<iI", mapping[start + 16 : start + 24])
         if device >= self._devices:
             raise Status(R.CUDA_ERROR_INVALID_DEVICE)
+        for known in self._pools.values():
+            if known.imported and not known.destroyed and known.identity == identity:
+                mapping.close()
+                return (SUCCESS, cb.CUmemoryPool(known.handle))  # the same pool again (as an H200)
         pool = Pool(self._handle(), device, location, _HANDLE_FD, 0, imported=True, identity=identity)
         pool.mapping = mapping
         self._pool_defaults(pool)
