@@ -35,7 +35,6 @@ from cuguard.errors import (
     report,
     report_error,
 )
-from cuguard.resources._relaxed import relax, restore
 from cuguard.resources import _captures
 from cuguard.resources._relaxed import relax, restore
 
