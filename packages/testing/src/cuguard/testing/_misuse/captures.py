@@ -174,6 +174,8 @@ def legitimate(op: str) -> frozenset[str]:
         calls |= UNSAFE | SYNCS
     if base in DESTROY_OPS:
         calls |= DESTROYS
+        if base.startswith("Context."):
+            calls |= SYNCS  # destroying a context waits for its work first
     return frozenset(calls)
 
 

@@ -16,6 +16,7 @@ or a closed one (E3) must be refused with ``ResourceClosedError``.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FunctionType, SimpleNamespace
@@ -236,6 +237,14 @@ def _attributed_launch(  # noqa: PLR0917
         return bool(E.attributing())
 
 
+def _collect_under_lock(E: Any, reentrant: Any) -> bool:
+    """Collect garbage while holding a lock of cuguard's kind; whether collection was deferred meanwhile."""
+    lock = E.deferring_lock(reentrant=reentrant)
+    with lock:
+        gc.collect()
+        return bool(E.collection_deferred())
+
+
 def _describe() -> str:
     return "a launch of the misuse sweep"
 
@@ -297,6 +306,14 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     add("errors.internal_error", None, E.internal_error, _v("detail", "an invariant", "", None, good=2))
     add("errors.attributing", None, E.attributing)
+    add("errors.collection_deferred", None, E.collection_deferred)
+    # a collection while a cuguard lock is held: what it makes due goes to the release thread (S2, O5)
+    add(
+        "errors.deferring_lock",
+        None,
+        lambda reentrant: _collect_under_lock(E, reentrant),
+        _v("reentrant", False, True, None, "yes", good=3),
+    )
 
     # --- context -----------------------------------------------------------------------------
     add("context.init_driver", None, C.init_driver)

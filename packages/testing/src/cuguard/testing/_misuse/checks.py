@@ -173,6 +173,8 @@ def exception_problems(  # noqa: PLR0917 - every input of the rule in one place
             pass  # refusing the unusable object first is as good
         elif isinstance(exc, CUDAError) and fault_active:
             pass  # an injected failure of a call made before the check; wrong kinds still must not pass
+        elif not naming and extra_errors and isinstance(exc, extra_errors):
+            pass  # a kernel argument that does not fit need only be refused before the launch: a state refusal is
         else:
             w = wrong[0]
             problems.append(
