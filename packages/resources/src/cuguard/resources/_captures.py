@@ -37,7 +37,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from cuguard.errors import driver, on_driver_change
+from cuguard.errors import deferring_lock, driver, on_driver_change
 
 if TYPE_CHECKING:
     from cuguard.context import Context
@@ -61,7 +61,7 @@ __all__ = [
 #: ``CU_STREAM_CAPTURE_STATUS_NONE``: the stream is not being captured.
 _CAPTURE_NONE = 0
 
-_lock = threading.Lock()
+_lock = deferring_lock()
 # (driver token id, context handle) -> the number of cuguard captures in progress in that context.
 _counts: dict[tuple[int, int], int] = {}
 # stream handle -> the owner table of the cuguard capture running on that stream (shared by a root and its forks).

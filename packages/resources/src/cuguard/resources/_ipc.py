@@ -33,13 +33,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import call_in
-from cuguard.errors import driver, driver_state, raise_status, report, wrong_kind
+from cuguard.errors import deferring_lock, driver, driver_state, raise_status, report, wrong_kind
 from cuguard.resources._memory import Buffer
 from cuguard.resources._relaxed import on_own_behalf
 from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, driver_types
@@ -268,7 +267,7 @@ class SharedImport:
 
 
 # Re-entrant: a garbage collection inside a locked section may let go of an imported pool.
-_imports_lock = threading.RLock()
+_imports_lock = deferring_lock(reentrant=True)
 _IMPORTS = "imported memory pools"
 
 
