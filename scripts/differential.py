@@ -36,11 +36,6 @@ for src in sorted((ROOT / "packages").glob("*/src")):
 from cuda.bindings import driver as B  # noqa: E402
 
 from cuguard.testing import SimulatedDriver  # noqa: E402
-from cuguard.testing._sim import capture as _sim_capture  # noqa: E402
-
-# The H200's rule (the simulator has it off by default for now): cuCtxSynchronize is refused during
-# any capture of its context, whatever the thread's capture mode.
-_sim_capture.ENFORCE_SYNC_DURING_CAPTURE = True
 from cuguard.testing._bindings import (  # noqa: E402
     BINDINGS_MAJOR,
     add_dependencies,

@@ -44,8 +44,7 @@ Rules (documented in the CUDA driver API unless marked assumed):
   an H200), and so is ``cuMemPoolCreate`` (an H200 refused it in a thread in
   global mode while another thread captured in global mode, and that capture
   was invalidated).
-- With :data:`ENFORCE_SYNC_DURING_CAPTURE` on (off by default for now; the
-  differential harness and the rule's tests turn it on), ``cuCtxSynchronize``
+- With :data:`ENFORCE_SYNC_DURING_CAPTURE` on (the default), ``cuCtxSynchronize``
   while any stream of the current context is capturing
   is ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates those captures,
   whatever the calling thread's mode (relaxed too: as on an H200, for a
@@ -103,10 +102,8 @@ from cuguard.testing._sim.queries import SimQueries
 from cuguard.testing._sim.state import Event, Function, Stream
 
 #: Whether cuCtxSynchronize is refused during any capture of its context whatever the thread's mode
-#: (the H200's answer). Off by default for now: with it on, the misuse sweep finds collections of
-#: virtual and pool memory that still reach the refused call in a rare path and leak silently; the
-#: simulator's tests of the rule switch it on.
-ENFORCE_SYNC_DURING_CAPTURE = False
+#: (the H200's answer; on by default). Tests that model an older driver may switch it off.
+ENFORCE_SYNC_DURING_CAPTURE = True
 
 __all__ = ["Capture", "CapturedWork", "SimCapture"]
 
