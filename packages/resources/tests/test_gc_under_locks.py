@@ -185,6 +185,22 @@ def _object_code_kernel(mp: pytest.MonkeyPatch) -> None:
     assert kernel is not None
 
 
+def _capture_left(mp: pytest.MonkeyPatch) -> None:
+    from cuguard.resources import _captures
+
+    stream = Device(0).create_stream()
+    _captures.capture_left(stream)  # as when a fork's part of a capture ends (it was none: nothing to forget)
+    stream.close()
+
+
+def _pool_imports(mp: pytest.MonkeyPatch) -> None:
+    from cuguard.resources import _ipc
+
+    # An import needs a second process: the lock is taken as an import takes it.
+    with _ipc._imports_lock:
+        assert _ipc._imports() is not None
+
+
 def _driver_call(mp: pytest.MonkeyPatch) -> None:
     Device(0).allocate(64).close()
 
@@ -246,6 +262,8 @@ SITES: list[Site] = [
     ("resources: devices", _module_lock("cuguard.resources._device", "_devices_lock"), _first_device, ""),
     ("resources: host functions", _module_lock("cuguard.resources._stream", "_pending_lock"), _host_function, ""),
     ("resources: property names", _module_lock("cuguard.resources._properties", "_names_lock"), _property_names, ""),
+    ("resources: the capture registry", _module_lock("cuguard.resources._captures", "_lock"), _capture_left, ""),
+    ("resources: pool imports", _module_lock("cuguard.resources._ipc", "_imports_lock"), _pool_imports, ""),
     ("resources: DLPack exports", _module_lock("cuguard.resources._dlpack", "_lock"), _dlpack_export, ""),
     ("resources: an object code's modules", lambda sim: None, _object_code_kernel, "object code"),
     ("resources: a program cache", lambda sim: None, _program_cache, "program cache"),
