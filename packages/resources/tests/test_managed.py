@@ -114,7 +114,7 @@ def test_wrong_arguments_are_refused_before_the_driver(device: Device, stream: S
             ManagedMemoryResource(None)
         with pytest.raises(ValueError, match="attach"):
             ManagedMemoryResource(device, attach="single")
-        with pytest.raises(ValueError, match="more than 0"):
+        with pytest.raises(ValueError, match="size must be 1 or more"):
             mr.allocate(0)
         with pytest.raises(ValueError, match="not allocated by"):
             mr.prefetch(plain, device, stream)

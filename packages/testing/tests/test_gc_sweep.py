@@ -158,3 +158,16 @@ def test_the_sample_picks_every_operation_and_dimension() -> None:
     swept = {s.name for s in result.scenarios if s.point_count}
     assert len(swept) > 1
     assert {s.name for s in result.scenarios if s.cases} == swept
+
+
+@pytest.mark.contract("B6", "S2")
+def test_lock_points_are_the_acquisitions_of_cuguards_own_locks() -> None:
+    if gc_points.lock_hook() is None:
+        pytest.fail("cuguard.errors._locks.on_acquire is missing: the lock points cannot be swept")
+    result = run_gc_sweep(match="context.Context.create", dimensions=("lock",), contexts=("none",))
+    points = [p for s in result.scenarios for by_ctx in s.points.values() for ps in by_ctx.values() for p in ps]
+    assert points, "Context.create takes the context registry's lock: it must give lock points"
+    assert all(p.startswith("lock in ") and "testing." not in p for p in points)
+    assert result.unavailable == {}
+    assert sum(s.cases for s in result.scenarios) == len(points)
+    assert not result.hangs

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cuguard.errors import (
+    INT_LIMIT,
+    UINT_LIMIT,
     CUDAError,
     ResourceClosedError,
     Unique,
@@ -27,6 +29,8 @@ from cuguard.errors import (
     driver_state,
     driver_token,
     format_handle,
+    int_argument,
+    is_integer,
     on_driver_change,
     raise_status,
     refuse_construction,
@@ -139,7 +143,7 @@ class Context(Unique):
         bad ordinal and :class:`~cuguard.errors.CUDAError` when the driver
         refuses; nothing is retained then. Does not change the current context.
         """
-        if type(ordinal) is not int or ordinal < 0:
+        if type(ordinal) is not int or not 0 <= ordinal < INT_LIMIT:
             ordinal = _ordinal(ordinal)
         held: Context | None
         primaries = driver_state().get(_PRIMARY)
@@ -172,13 +176,13 @@ class Context(Unique):
         (G2). If that pop fails, the new context is destroyed and
         :class:`~cuguard.errors.CUDAError` is raised (C2) naming the context
         current now. Raises ``CUDAError`` when creation fails; nothing is
-        created then.
+        created then. ``ordinal`` and ``flags`` are integers (NumPy's too); a
+        bool, a float or another object raises ``TypeError``, an ordinal
+        outside ``[0, 2**31)`` or flags outside ``[0, 2**32)`` ``ValueError``,
+        before the driver is asked.
         """
         ordinal = _ordinal(ordinal)
-        if isinstance(flags, bool) or not isinstance(flags, int):
-            raise TypeError(f"flags must be an int, not {type(flags).__name__}")
-        if not 0 <= flags < 1 << 32:
-            raise ValueError(f"flags must be an unsigned 32-bit int (CU_CTX_* bits), not {flags}")
+        flags = int_argument("flags", flags, 0, UINT_LIMIT)  # CU_CTX_* bits, an unsigned int
         init_driver()
         err, dev = driver.cuDeviceGet(ordinal)
         if err:
@@ -226,8 +230,10 @@ class Context(Unique):
         """
         if isinstance(handle, bool | float | str | bytes) or not hasattr(type(handle), "__int__"):
             raise TypeError(f"handle must be a CUcontext or an int, not {type(handle).__name__}")
-        if device is not None and (isinstance(device, bool) or not isinstance(device, int)):
-            raise TypeError(f"device must be an int or None, not {type(device).__name__}")
+        if device is not None:
+            if not is_integer(device):
+                raise wrong_kind("device", "an int or None", device)
+            device = int_argument("device", device, 0, INT_LIMIT)
         try:
             value = int(handle)
         except (TypeError, ValueError):  # an __int__ that refuses (a NumPy array of several items...)
@@ -528,11 +534,7 @@ gc.callbacks.append(_gc_phase)
 
 
 def _ordinal(ordinal: object) -> int:
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
-        raise TypeError(f"a device ordinal must be an int, not {type(ordinal).__name__}")
-    if ordinal < 0:
-        raise ValueError(f"a device ordinal must be 0 or more, not {ordinal}")
-    return ordinal
+    return int_argument("ordinal", ordinal, 0, INT_LIMIT)  # a CUdevice, a C int
 
 
 def _ctx_create(flags: int, dev: Any) -> Any:

@@ -155,6 +155,10 @@ class StickyCUDAError(CUDAError):
     ) -> None:
         self.launch = launch
         self.first_fault = None
+        cause = _driver_cause(code)
+        if cause is not None:
+            detail = cause[0] if not detail else f"{detail}; {cause[0]}"
+            self.__cause__ = cause[1]
         super().__init__(code, call, detail)
         from cuguard.errors._seam import record_sticky_fault
 
@@ -173,6 +177,29 @@ class StickyCUDAError(CUDAError):
         if first:
             text = f"{text}; the driver refuses all work since the first fault: {first}"
         return text
+
+
+def _driver_cause(code: object) -> tuple[str, BaseException] | None:
+    """What the driver behind the seam says made it sticky with ``code``, or ``None``. Never raises.
+
+    A driver may answer through a ``sticky_cause(code)`` method returning ``(text, exception)``:
+    the simulated driver does when a kernel's stand-in raised (the text names the kernel), so the
+    error names the kernel and chains the stand-in's exception as ``__cause__``. The real driver
+    has no such method.
+    """
+    try:
+        from cuguard.errors._seam import driver_token
+
+        ask = getattr(driver_token(), "sticky_cause", None)
+        if ask is None:
+            return None
+        found = ask(_status_code(code))
+        if found is None:
+            return None
+        text, exc = found
+        return (str(text), exc) if isinstance(exc, BaseException) else None
+    except Exception:  # noqa: BLE001 - building an error must not fail because a driver's answer did
+        return None
 
 
 class CUDADriverNotFoundError(CUDAError):

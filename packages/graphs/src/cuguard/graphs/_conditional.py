@@ -22,7 +22,18 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from cuguard.context import Context
-from cuguard.errors import ResourceClosedError, Unique, driver, format_handle, raise_status, refuse_construction
+from cuguard.errors import (
+    UINT_LIMIT,
+    ResourceClosedError,
+    Unique,
+    driver,
+    format_handle,
+    int_argument,
+    is_integer,
+    raise_status,
+    refuse_construction,
+    wrong_kind,
+)
 from cuguard.errors import driver_token as _driver_token
 from cuguard.graphs import _compat
 from cuguard.graphs._common import _types
@@ -35,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["ConditionalBody", "GraphCondition"]
 
 _ASSIGN_DEFAULT = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
-_MAX_VALUE = 0xFFFFFFFF
 #: What a condition's ``_node`` holds once a conditional node added during a capture uses it.
 CAPTURED: Final = "captured"
 
@@ -235,12 +245,15 @@ def _condition_context(definition: GraphDefinition) -> Context:
 
 
 def check_default(default: object) -> int | None:
-    """``default`` checked: an int of 0..2**32-1 or None (``TypeError``/``ValueError`` otherwise)."""
-    if default is not None and (isinstance(default, bool) or not isinstance(default, int)):
-        raise TypeError(f"default must be an int or None, not {type(default).__name__}")
-    if default is not None and not 0 <= default <= _MAX_VALUE:
-        raise ValueError(f"default must be 0..{_MAX_VALUE} (a 32-bit unsigned value), not {default}")
-    return default
+    """``default`` checked: an integer of 0..2**32-1 (NumPy's too, as a plain int) or None.
+
+    ``TypeError`` for a bool, a float or another object, ``ValueError`` out of range.
+    """
+    if default is None:
+        return None
+    if not is_integer(default):
+        raise wrong_kind("default", "an int or None", default)
+    return int_argument("default", default, 0, UINT_LIMIT)  # a 32-bit unsigned value
 
 
 def new_condition(graph: Any, context: Context, default: int | None, owner: object) -> GraphCondition:
@@ -359,9 +372,6 @@ def add_conditional(
 
 
 def conditional_size(count: object) -> int:
-    """The number of bodies of a switch node: an int of 1 or more (``TypeError``/``ValueError`` otherwise)."""
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise TypeError(f"count must be an int, not {type(count).__name__}")
-    if count < 1:
-        raise ValueError(f"count must be 1 or more, not {count}")
-    return count
+    """The number of bodies of a switch node: an integer of 1 or more below ``2**32`` (the driver's
+    unsigned int), as a plain int (``TypeError``/``ValueError`` otherwise)."""
+    return int_argument("count", count, 1, UINT_LIMIT)

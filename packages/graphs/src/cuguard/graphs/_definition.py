@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
+    INT_LIMIT,
     CUDAError,
     ResourceClosedError,
     add_failure_note,
     driver,
     driver_token,
     format_handle,
+    int_argument,
+    is_integer,
     raise_status,
     report,
     report_error,
@@ -39,7 +42,6 @@ from cuguard.graphs._nodes import (
     _memcpy_params,
     _memset_params,
     _order,
-    _size_arg,
 )
 from cuguard.resources import (
     Buffer,
@@ -98,9 +100,9 @@ def _ordinal_of(device: Device | int) -> int:
     if isinstance(device, Device):
         device._check_driver()  # a Device of a driver that is not installed is refused (O3)
         return device.ordinal
-    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
-        raise TypeError(f"device must be a Device or a device ordinal, not {device!r}")
-    return device
+    if not is_integer(device):
+        raise wrong_kind("device", "a Device or a device ordinal", device)
+    return int_argument("device", device, 0, INT_LIMIT)
 
 
 class GraphDefinition(_Collected):
@@ -833,9 +835,7 @@ class GraphDefinition(_Collected):
         Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
         :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
-        nbytes = _size_arg(size)
-        if nbytes == 0:
-            raise ValueError("size must be 1 or more")
+        nbytes = int_argument("size", size, 1)
         # Wrong kinds of arguments are TypeErrors whatever else is wrong (E3): checked first.
         given = None if device is None else _ordinal_of(device)
         deps = self._deps(deps)
@@ -875,9 +875,9 @@ class GraphDefinition(_Collected):
             address: object = ptr.ptr
         else:
             address = ptr
-        if isinstance(address, bool) or not isinstance(address, int) or address <= 0:
+        if not is_integer(address):
             raise wrong_kind("ptr", "a device address or an allocation Node", ptr)
-        dptr = _types().CUdeviceptr(address)
+        dptr = _types().CUdeviceptr(int_argument("ptr", address, 1))
         return self._add(
             "mem_free",
             deps,

@@ -20,6 +20,8 @@ from cuguard.errors import (
     driver,
     driver_token,
     format_handle,
+    int_argument,
+    is_integer,
     raise_status,
     refuse_construction,
     wrong_kind,
@@ -570,22 +572,15 @@ def _order(node: Node) -> int:
 # --- parameters of node kinds --------------------------------------------------------------
 
 
-def _size_arg(size: object, what: str = "size") -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"{what} must be an int, not {type(size).__name__}")
-    if size < 0:
-        raise ValueError(f"{what} must be 0 or more, not {size}")
-    return size
-
-
 def _memset_params(dst: Buffer, value: object, size: int | None, element_size: object) -> tuple[Any, int]:
     """The ``CUDA_MEMSET_NODE_PARAMS`` of a memset of ``dst`` and its byte count; ``ValueError`` first."""
-    if element_size not in (1, 2, 4):
-        raise ValueError(f"element_size must be 1, 2 or 4, not {element_size!r}")
-    assert isinstance(element_size, int)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << (8 * element_size):
-        raise ValueError(f"value must be an int that fits in {element_size} byte(s), not {value!r}")
-    nbytes = dst.size if size is None else _size_arg(size)
+    if not is_integer(element_size):
+        raise wrong_kind("element_size", "1, 2 or 4", element_size)
+    element_size = int_argument("element_size", element_size, 1, 5)
+    if element_size == 3:
+        raise ValueError("element_size must be 1, 2 or 4, not 3")
+    value = int_argument("value", value, 0, 1 << (8 * element_size))  # fits in element_size bytes
+    nbytes = dst.size if size is None else int_argument("size", size)
     if nbytes > dst.size or nbytes % element_size or nbytes == 0:
         raise ValueError(f"size {nbytes} must be 1..{dst.size} bytes and a multiple of {element_size}")
     dst._check_open()
@@ -601,7 +596,7 @@ def _memset_params(dst: Buffer, value: object, size: int | None, element_size: o
 
 def _memcpy_params(dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size: int | None) -> tuple[Any, int, Any]:
     """The ``CUDA_MEMCPY3D`` of a copy ``src`` -> ``dst``, its byte count and its context; ``ValueError`` first."""
-    nbytes = min(dst.size, src.size) if size is None else _size_arg(size)
+    nbytes = min(dst.size, src.size) if size is None else int_argument("size", size)
     if nbytes == 0 or nbytes > dst.size or nbytes > src.size:
         raise ValueError(f"size {nbytes} must be 1..{min(dst.size, src.size)} bytes")
     dst._check_open()

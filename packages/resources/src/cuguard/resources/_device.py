@@ -7,10 +7,19 @@ from typing import Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.context._context import call_switched
-from cuguard.errors import ResourceClosedError, deferring_lock, driver, driver_state, driver_token, raise_status
+from cuguard.errors import (
+    INT_LIMIT,
+    SIZE_LIMIT,
+    ResourceClosedError,
+    deferring_lock,
+    driver,
+    driver_state,
+    driver_token,
+    int_argument,
+    raise_status,
+)
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._memory import Buffer, PinnedBuffer
-from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._module import Module
 from cuguard.resources._properties import DeviceProperties
 from cuguard.resources._stream import (
@@ -92,14 +101,6 @@ def _current_ordinal() -> int:
     return int(dev)
 
 
-def _check_ordinal(ordinal: object) -> int:
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
-        raise TypeError(f"a device ordinal must be an int, not {type(ordinal).__name__}")
-    if ordinal < 0:
-        raise ValueError(f"a device ordinal must be 0 or more, not {ordinal}")
-    return ordinal
-
-
 class Device:
     """A CUDA device, by ordinal: one object per ordinal per installed driver (O2).
 
@@ -135,8 +136,8 @@ class Device:
     def __new__(cls, ordinal: int | None = None) -> Device:
         if ordinal is None:
             ordinal = _current_ordinal()
-        elif type(ordinal) is not int or ordinal < 0:
-            ordinal = _check_ordinal(ordinal)
+        elif type(ordinal) is not int or not 0 <= ordinal < INT_LIMIT:
+            ordinal = int_argument("ordinal", ordinal, 0, INT_LIMIT)
         devices = driver_state().get(_DEVICES)
         if devices is not None:
             found = devices.get(ordinal)
@@ -322,12 +323,16 @@ class Device:
         (closing the wrapper destroys nothing; the wrapper keeps ``obj``
         alive). ``obj`` with ``non_blocking`` or ``priority`` raises
         ``ValueError``, a stream of another device ``ValueError``, anything
-        else ``TypeError``. Raises :class:`~cuguard.errors.CUDAError` if the
+        else ``TypeError``. ``priority`` is an integer (NumPy's too; a bool or
+        a float raises ``TypeError``, one outside the 32-bit range ``ValueError``);
+        the driver clamps it to the device's range. Raises :class:`~cuguard.errors.CUDAError` if the
         driver refuses; no stream exists then, and the caller's context is
         unchanged (G1, G2).
         """
         if obj is not None:
             return self._wrap_stream(obj, non_blocking, priority)
+        if priority is not None:
+            priority = int_argument("priority", priority, -INT_LIMIT, INT_LIMIT)
         context = self._context
         if context is None:
             context = self.context
@@ -442,9 +447,11 @@ class Device:
         would be graph memory, out of the buffer's reach; checked with one
         ``cuStreamIsCapturing``): allocate before the capture begins, or use
         ``GraphDefinition.allocate()``. Otherwise it is synchronous (``size``
-        0 is then refused by the driver). Raises
-        :class:`~cuguard.errors.CUDAError` if the driver refuses; nothing is
-        allocated then.
+        0 is then refused by the driver). ``size`` is any integer (NumPy's
+        too); a bool, a float or another object raises ``TypeError``, a size
+        below 0 or of ``2**64`` or more ``ValueError``, before the driver is
+        asked. Raises :class:`~cuguard.errors.CUDAError` if the driver
+        refuses; nothing is allocated then.
         """
         context = self._context
         if context is None:
@@ -456,8 +463,8 @@ class Device:
             # or switch is needed, and the current context is untouched (G2).
             if type(stream) is not Stream:
                 stream = as_stream(stream, "stream")
-            if type(size) is not int or size < 0:
-                _check_size(size)
+            if type(size) is not int or not 0 <= size < SIZE_LIMIT:
+                size = int_argument("size", size)
             if stream._device != self._ordinal:
                 raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {self!r}")
             if stream._closed or context._closed or stream._context._closed:
@@ -490,7 +497,8 @@ class Device:
         """Allocate ``size`` bytes of page-locked host memory.
 
         Raises :class:`~cuguard.errors.CUDAError` if the driver refuses (nothing
-        is allocated then) and ``TypeError``/``ValueError`` for a bad size.
+        is allocated then) and ``TypeError``/``ValueError`` for a bad size (as
+        :meth:`allocate`: NumPy integers are taken, ``2**64`` or more is a ``ValueError``).
         """
         return PinnedBuffer._allocate(self.context, size)
 

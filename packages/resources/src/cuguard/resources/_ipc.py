@@ -38,7 +38,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import call_in
-from cuguard.errors import deferring_lock, driver, driver_state, raise_status, report, wrong_kind
+from cuguard.errors import (
+    INT_LIMIT,
+    deferring_lock,
+    driver,
+    driver_state,
+    int_argument,
+    is_integer,
+    raise_status,
+    report,
+    wrong_kind,
+)
 from cuguard.resources._memory import Buffer
 from cuguard.resources._relaxed import on_own_behalf
 from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, driver_types
@@ -86,10 +96,9 @@ class IPCAllocationHandle:
     @classmethod
     def from_fd(cls, fd: int) -> IPCAllocationHandle:
         """Take ownership of ``fd`` (e.g., received with ``socket.recv_fds``): the handle closes it."""
-        if isinstance(fd, bool) or not isinstance(fd, int):
+        if not is_integer(fd):
             raise wrong_kind("fd", "an int file descriptor", fd)
-        if fd < 0:
-            raise ValueError(f"fd must be 0 or more, not {fd}")
+        fd = int_argument("fd", fd, 0, INT_LIMIT)
         self = object.__new__(cls)
         self._fd = fd
         return self
@@ -172,8 +181,7 @@ class IPCBufferDescriptor:
     def __post_init__(self) -> None:
         if not isinstance(self.data, bytes) or len(self.data) != _EXPORT_BYTES:
             raise ValueError(f"data must be {_EXPORT_BYTES} bytes")
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
-            raise ValueError(f"size must be an int of 0 or more, not {self.size!r}")
+        object.__setattr__(self, "size", int_argument("size", self.size))
 
 
 @dataclass(frozen=True)
@@ -327,10 +335,8 @@ def import_pool(cls: Any, device: Any, alloc_handle: Any) -> Any:
     """
     if isinstance(alloc_handle, IPCAllocationHandle):
         fd = alloc_handle.fd
-    elif not isinstance(alloc_handle, bool) and isinstance(alloc_handle, int):
-        if alloc_handle < 0:
-            raise ValueError(f"alloc_handle must be a file descriptor (0 or more), not {alloc_handle}")
-        fd = alloc_handle
+    elif is_integer(alloc_handle):
+        fd = int_argument("alloc_handle", alloc_handle, 0, INT_LIMIT)
     else:
         raise wrong_kind("alloc_handle", "an IPCAllocationHandle or an int file descriptor", alloc_handle)
     context = device.context

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from cuda.bindings import driver as cb
 
 from cuguard.context import Context, call_in
-from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.errors import INT_LIMIT, driver, int_argument, is_integer, raise_status, wrong_kind
 
 if TYPE_CHECKING:
     from cuguard.resources._module import Kernel, LaunchConfig
@@ -39,8 +39,9 @@ def _check_device(kernel: Kernel, device_id: Any) -> Context:
         from cuguard.resources._device import Device
 
         ordinal = device_id.ordinal if isinstance(device_id, Device) else device_id
-        if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        if not is_integer(ordinal):
             raise wrong_kind("device_id", "a Device, an int or None", device_id)
+        ordinal = int_argument("device_id", ordinal, 0, INT_LIMIT)
         if ordinal != module._device:
             raise ValueError(f"{kernel!r} is loaded on device {module._device}, not device {ordinal}")
     return module._context
@@ -150,19 +151,14 @@ class MaxPotentialBlockSizeOccupancyResult(NamedTuple):
     """The block size that reaches it."""
 
 
-def _size(value: Any, what: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise wrong_kind(what, "an int", value)
-    if value < low:
-        raise ValueError(f"{what} must be {low} or more, not {value}")
-    return value
-
-
 class KernelOccupancy:
     """Occupancy of a kernel (``cuOccupancy*``), as ``cuda.core`` names it.
 
-    Arguments are checked first (``TypeError`` for a non-int, ``ValueError``
-    for a negative size or a block size below 1); a kernel of a closed module
+    Arguments are checked first (``TypeError`` for a non-integer such as a
+    bool or a float, NumPy integers being taken; ``ValueError`` for a negative
+    size, a block size or count below 1, or a value the driver's C type
+    cannot hold: ``2**31`` or more for block sizes and counts, ``2**64`` or
+    more for shared memory sizes); a kernel of a closed module
     raises :class:`~cuguard.errors.ResourceClosedError`; a refusal by the
     driver raises :class:`~cuguard.errors.CUDAError`. Nothing is changed.
     """
@@ -174,8 +170,8 @@ class KernelOccupancy:
 
     def max_active_blocks_per_multiprocessor(self, block_size: int, dynamic_shared_memory_size: int = 0) -> int:
         """How many blocks of ``block_size`` threads can be resident on one multiprocessor."""
-        block_size = _size(block_size, "block_size", 1)
-        shared = _size(dynamic_shared_memory_size, "dynamic_shared_memory_size")
+        block_size = int_argument("block_size", block_size, 1, INT_LIMIT)
+        shared = int_argument("dynamic_shared_memory_size", dynamic_shared_memory_size)
         kernel = self._kernel
         context = _check_device(kernel, None)
         return call_in(context, _active_blocks, None, kernel._handle, block_size, shared)
@@ -189,8 +185,8 @@ class KernelOccupancy:
         block, in bytes (a fixed size: a per-block-size callback is not
         taken); ``block_size_limit`` caps the block size (0: no cap).
         """
-        shared = _size(dynamic_shared_memory_needed, "dynamic_shared_memory_needed")
-        limit = _size(block_size_limit, "block_size_limit")
+        shared = int_argument("dynamic_shared_memory_needed", dynamic_shared_memory_needed)
+        limit = int_argument("block_size_limit", block_size_limit, 0, INT_LIMIT)
         kernel = self._kernel
         context = _check_device(kernel, None)
 
@@ -204,8 +200,8 @@ class KernelOccupancy:
 
     def available_dynamic_shared_memory_per_block(self, num_blocks_per_multiprocessor: int, block_size: int) -> int:
         """The most dynamic shared memory per block, in bytes, that still lets that many blocks be resident."""
-        blocks = _size(num_blocks_per_multiprocessor, "num_blocks_per_multiprocessor", 1)
-        block_size = _size(block_size, "block_size", 1)
+        blocks = int_argument("num_blocks_per_multiprocessor", num_blocks_per_multiprocessor, 1, INT_LIMIT)
+        block_size = int_argument("block_size", block_size, 1, INT_LIMIT)
         kernel = self._kernel
         context = _check_device(kernel, None)
 

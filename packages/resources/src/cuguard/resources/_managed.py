@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuguard.context import call_in
-from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.errors import INT_LIMIT, driver, int_argument, is_integer, raise_status, wrong_kind
 from cuguard.resources import _compat
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
 from cuguard.resources._memres import MemoryResource, check_device, stream_argument
@@ -36,19 +36,11 @@ _ADVICE: dict[str, tuple[int, bool]] = {
 def _device_of(device: Any, param: str) -> Any:
     from cuguard.resources._device import Device
 
-    if isinstance(device, bool) or not isinstance(device, (Device, int)):
+    if not isinstance(device, Device) and not is_integer(device):
         raise wrong_kind(param, "a Device or a device ordinal", device)
     dev = device if isinstance(device, Device) else Device(device)
     dev._check_driver()  # a Device of a driver no longer installed is refused here (O3), not at first use
     return dev
-
-
-def _size(size: object) -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise wrong_kind("size", "an int", size)
-    if size <= 0:
-        raise ValueError(f"size must be more than 0, not {size}")
-    return size
 
 
 def _location(location: Any) -> Any:
@@ -65,12 +57,10 @@ def _location(location: Any) -> Any:
         return loc
     if isinstance(location, Device):
         ordinal = location.ordinal
-    elif isinstance(location, bool) or not isinstance(location, int):
+    elif not is_integer(location):
         raise wrong_kind("location", "'host', a Device or a device ordinal", location)
     else:
-        if location < 0:
-            raise ValueError(f"location must be a device ordinal (0 or more) or 'host', not {location}")
-        ordinal = location
+        ordinal = int_argument("location", location, 0, INT_LIMIT)
     loc.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
     loc.id = ordinal
     return loc
@@ -140,10 +130,11 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
 
         A refusal raises :class:`~cuguard.errors.CUDAError` and allocates
         nothing; the current context is unchanged. ``stream`` is only checked
-        (E3): managed memory is not stream-ordered. ``size`` must be an int
-        above 0.
+        (E3): managed memory is not stream-ordered. ``size`` must be an integer
+        (NumPy's too) from 1 to ``2**64 - 1``: ``TypeError`` for a bool, a float or
+        another object, ``ValueError`` outside that range, before the driver.
         """
-        size = _size(size)
+        size = int_argument("size", size, 1)
         stream = stream_argument(stream)
         self._check_usable()
         context = self._dev.context
@@ -265,9 +256,11 @@ class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
 
         A refusal raises :class:`~cuguard.errors.CUDAError` and allocates
         nothing; the current context is unchanged. ``stream`` is only checked
-        (E3). ``size`` must be an int above 0.
+        (E3). ``size`` must be an integer (NumPy's too) from 1 to ``2**64 - 1``:
+        ``TypeError`` for a bool, a float or another object, ``ValueError``
+        outside that range, before the driver.
         """
-        size = _size(size)
+        size = int_argument("size", size, 1)
         stream = stream_argument(stream)
         self._check_usable()
         context = self._dev.context

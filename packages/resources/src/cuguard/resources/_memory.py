@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.errors import driver, int_argument, is_integer, raise_status, wrong_kind
 from cuguard.resources import _dlpack
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
@@ -31,14 +31,6 @@ def _fastpath_changed(ops: Any) -> None:
 
 
 follow_fastpath(_fastpath_changed)
-
-
-def _size(size: object) -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"a size must be an int, not {type(size).__name__}")
-    if size < 0:
-        raise ValueError(f"a size must be 0 or more, not {size}")
-    return size
 
 
 # --- driver steps (run inside the owning context) ----------------------------------------
@@ -149,7 +141,7 @@ class Buffer(Resource):
     @classmethod
     def _allocate(cls, context: Context, device: int, size: int) -> Buffer:
         """Synchronous allocation in ``context`` (stream-ordered ones are made by ``Device.allocate``)."""
-        size = _size(size)
+        size = int_argument("size", size)
         handle = call_in(context, _alloc, _free, size)
         return cls._made(handle, context, device, size)
 
@@ -176,7 +168,7 @@ class Buffer(Resource):
         if device is None:
             device = Device()
         elif not isinstance(device, Device):
-            if isinstance(device, bool) or not isinstance(device, int):
+            if not is_integer(device):
                 raise wrong_kind("device", "a Device or a device ordinal", device)
             device = Device(device)
         # Held through a Lent: another library's object may call CUDA as it goes, never on a driver's thread (O5).
@@ -200,11 +192,10 @@ class Buffer(Resource):
         """
         if isinstance(ptr, driver_types().CUdeviceptr):
             ptr = int(ptr)
-        elif isinstance(ptr, bool) or not isinstance(ptr, int):
+        elif not is_integer(ptr):
             raise wrong_kind("ptr", "an int address or a CUdeviceptr", ptr)
-        if ptr < 0:
-            raise ValueError(f"ptr must be 0 or more, not {ptr}")
-        return cls._foreign(ptr, _size(size), device, owner)
+        ptr = int_argument("ptr", ptr)
+        return cls._foreign(ptr, int_argument("size", size), device, owner)
 
     @classmethod
     def from_dlpack(cls, obj: Any, *, stream: Any = None) -> Buffer:
@@ -579,12 +570,13 @@ class Buffer(Resource):
     def fill(self, value: int, stream: Stream | None = None) -> None:
         """Set every byte to ``value`` (0..255), queued on ``stream`` or synchronously.
 
-        Raises ``ValueError`` for another value (before any driver call),
+        ``value`` may be any integer (NumPy's too). Raises ``ValueError`` for one outside
+        0..255 and ``TypeError`` for a non-integer (a bool, a float), before any driver call;
         ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError`
         if the driver refuses; nothing was queued then.
         """
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
-            raise ValueError(f"fill value must be an int from 0 to 255, not {value!r}")
+        if type(value) is not int or not 0 <= value < 256:
+            value = int_argument("value", value, 0, 256)
         if stream is not None and type(stream) is not Stream:
             stream = as_stream(stream)
         dst = self.handle
@@ -692,7 +684,7 @@ class PinnedBuffer(Resource):
 
     @classmethod
     def _allocate(cls, context: Context, size: int) -> PinnedBuffer:
-        size = _size(size)
+        size = int_argument("size", size)
         address = call_in(context, _host_alloc, _host_free, size)
         self = object.__new__(cls)
         self._init(address, context)

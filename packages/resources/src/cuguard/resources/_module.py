@@ -12,13 +12,17 @@ from typing import Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import (
+    UINT_LIMIT,
     CUDAError,
     StickyCUDAError,
     Unique,
     attributing,
     driver,
     format_handle,
+    int_argument,
+    is_integer,
     is_sticky,
+    out_of_range,
     raise_status,
     refuse_construction,
     wrong_kind,
@@ -239,17 +243,20 @@ class LaunchConfig:
 
     ``LaunchConfig(grid=1, block=1, *, cluster=None, shmem_size=0,
     cooperative_launch=False)``. ``grid``, ``block`` and ``cluster`` are an
-    int or a tuple of up to three ints, each 1 or more. As in ``cuda.core``,
+    int or a tuple of up to three ints, each 1 or more and below ``2**32``
+    (NumPy integers are taken and kept as plain ints). As in ``cuda.core``,
     when ``cluster`` is given ``grid`` counts clusters, not blocks (the launch
     has ``grid * cluster`` blocks per dimension). ``shmem_size`` is the
     dynamic shared memory per block in bytes (``shared_mem`` is accepted as
-    another name for it, and read back as an attribute). ``is_cooperative``
+    another name for it, and read back as an attribute), 0 or more and below
+    ``2**32``; ``grid * cluster`` must stay below ``2**32``. ``is_cooperative``
     is another name for ``cooperative_launch``. Only ``grid`` and ``block``
     may be given by position (a third positional argument is a
     ``TypeError``, so ``cuda.core``'s positional ``(grid, cluster, block)``
     is refused rather than misread).
 
-    Bad values raise ``TypeError``/``ValueError`` at construction. A config
+    Bad values raise ``TypeError`` (a bool, a float, another object) or
+    ``ValueError`` (out of range) at construction, naming the parameter. A config
     with ``cluster`` or ``cooperative_launch`` is launched with
     ``cuLaunchKernelEx`` (see :func:`launch`). Immutable, hashable,
     compared by value, picklable.
@@ -277,27 +284,30 @@ class LaunchConfig:
         shared_mem: int | None = None,
         is_cooperative: bool | None = None,
     ) -> None:
-        g = _dims(grid, "grid")
-        b = _dims(block, "block")
+        g, grid = _dims(grid, "grid")
+        b, block = _dims(block, "block")
         if shared_mem is not None and shmem_size is not None and shared_mem != shmem_size:
             raise ValueError("give shmem_size or shared_mem (the same thing), not both")
         shared = shmem_size if shmem_size is not None else (shared_mem if shared_mem is not None else 0)
-        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
-            raise ValueError(f"shmem_size must be an int of 0 or more, not {shared!r}")
+        shared = int_argument("shmem_size" if shmem_size is not None else "shared_mem", shared, 0, UINT_LIMIT)
         if is_cooperative is not None:
             cooperative_launch = is_cooperative
         if not isinstance(cooperative_launch, bool):
             raise TypeError(f"cooperative_launch must be a bool, not {type(cooperative_launch).__name__}")
-        c = (1, 1, 1) if cluster is None else _dims(cluster, "cluster")
+        c, cluster = ((1, 1, 1), None) if cluster is None else _dims(cluster, "cluster")
+        blocks = g
         if cluster is not None:
-            g = (g[0] * c[0], g[1] * c[1], g[2] * c[2])
+            blocks = (g[0] * c[0], g[1] * c[1], g[2] * c[2])
+            for n in blocks:
+                if n >= UINT_LIMIT:  # the driver's grid dimension is an unsigned int
+                    raise out_of_range("grid * cluster", n, 1, UINT_LIMIT)
         put = object.__setattr__
         put(self, "grid", grid)
         put(self, "block", block)
         put(self, "cluster", cluster)
         put(self, "shmem_size", shared)
         put(self, "cooperative_launch", cooperative_launch)
-        put(self, "_launch_dims", (*g, *b, shared))
+        put(self, "_launch_dims", (*blocks, *b, shared))
         put(self, "_cluster_dims", c)
         put(self, "_ex", cluster is not None or cooperative_launch)
 
@@ -348,16 +358,20 @@ def _launch_config(grid: Any, block: Any, cluster: Any, shmem_size: int, coopera
     return LaunchConfig(grid, block, cluster=cluster, shmem_size=shmem_size, cooperative_launch=cooperative_launch)
 
 
-def _dims(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
-    dims = (value,) if isinstance(value, int) else tuple(value)
-    if not 1 <= len(dims) <= 3:
-        raise ValueError(f"{what} must have 1 to 3 dimensions, not {len(dims)}")
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int):
-            raise TypeError(f"{what} dimensions must be ints, not {type(d).__name__}")
-        if d < 1:
-            raise ValueError(f"{what} dimensions must be 1 or more, not {d}")
-    return (*dims, 1, 1)[:3]  # type: ignore[return-value]
+def _dims(value: object, what: str) -> tuple[tuple[int, int, int], int | tuple[int, ...]]:
+    """``value`` (an integer or a tuple of one to three) as three dimensions, each in ``[1, 2**32)``,
+    and as given but with plain ints (E3)."""
+    if is_integer(value):
+        n = int_argument(what, value, 1, UINT_LIMIT)
+        return (n, 1, 1), n
+    try:
+        items: tuple[object, ...] = tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise wrong_kind(what, "an int or a tuple of up to three ints", value) from None
+    if not 1 <= len(items) <= 3:
+        raise ValueError(f"{what} must have 1 to 3 dimensions, not {len(items)}")
+    given = tuple(int_argument(what, d, 1, UINT_LIMIT) for d in items)
+    return (*given, 1, 1)[:3], given  # type: ignore[return-value]
 
 
 def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:

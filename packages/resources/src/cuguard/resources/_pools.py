@@ -13,11 +13,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in, init_driver
-from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, report, wrong_kind
+from cuguard.errors import (
+    INT_LIMIT,
+    SIZE_LIMIT,
+    CUDAError,
+    add_failure_note,
+    driver,
+    format_handle,
+    int_argument,
+    is_integer,
+    raise_status,
+    report,
+    wrong_kind,
+)
 from cuguard.resources._base import Resource, _unprohibited
 from cuguard.resources._ipc import IPCAllocationHandle, SharedImport
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
-from cuguard.resources._memory import _size as _check_size
 from cuguard.resources._memres import MemoryResource, stream_argument
 from cuguard.resources._relaxed import on_own_behalf
 from cuguard.resources._stream import Stream, driver_types, refuse_capturing_allocation
@@ -87,14 +98,6 @@ def _set_attribute(pool: Any, name: str, value: int) -> None:
         raise_status(err, "cuMemPoolSetAttribute")
 
 
-def _nonnegative(value: object, param: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise wrong_kind(param, "an int", value)
-    if not 0 <= value < 1 << 64:  # a byte count the driver takes as a 64-bit unsigned int
-        raise ValueError(f"{param} must be 0 or more and below 2**64, not {value}")
-    return value
-
-
 def _flag(value: object, param: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise wrong_kind(param, "a bool or None", value)
@@ -137,7 +140,7 @@ class MemoryPoolAttributes:
 
     @release_threshold.setter
     def release_threshold(self, value: int) -> None:
-        self._set("RELEASE_THRESHOLD", _nonnegative(value, "release_threshold"))
+        self._set("RELEASE_THRESHOLD", int_argument("release_threshold", value))
 
     @property
     def reuse_follow_event_dependencies(self) -> bool:
@@ -239,7 +242,7 @@ def _create_pool(props: Any, settings: list[tuple[str, int]], access: int | None
 def _settings(options: Any) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     if options.release_threshold is not None:
-        out.append(("RELEASE_THRESHOLD", _nonnegative(options.release_threshold, "release_threshold")))
+        out.append(("RELEASE_THRESHOLD", int_argument("release_threshold", options.release_threshold)))
     for field_name, attr in _SETTINGS:
         value = _flag(getattr(options, field_name), field_name)
         if value is not None:
@@ -252,7 +255,7 @@ def _device_of(device: Any) -> Any:
 
     if isinstance(device, Device):
         return device
-    if isinstance(device, bool) or not isinstance(device, int):
+    if not is_integer(device):
         raise wrong_kind("device", "a Device or a device ordinal", device)
     return Device(device)
 
@@ -366,14 +369,14 @@ class _PoolResource(MemoryResource[Any], Resource):
         A bad ``keep`` raises ``TypeError``/``ValueError``; a refusal
         :class:`~cuguard.errors.CUDAError` (nothing was trimmed then).
         """
-        keep = _nonnegative(keep, "keep")
+        keep = int_argument("keep", keep)
         (err,) = driver.cuMemPoolTrimTo(self.handle, keep)
         if err:
             raise_status(err, "cuMemPoolTrimTo")
 
     def _check_allocate(self, size: int, stream: Any) -> tuple[int, Stream | None]:
-        if type(size) is not int or not 0 <= size < 1 << 64:
-            size = _nonnegative(_check_size(size), "size")  # a 64-bit byte count (E3)
+        if type(size) is not int or not 0 <= size < SIZE_LIMIT:
+            size = int_argument("size", size)  # a 64-bit byte count (E3)
         stream = stream_argument(stream)
         if self._imported:
             raise ValueError(
@@ -515,7 +518,7 @@ class DeviceMemoryResource(_PoolResource):
                 raise_status(err, "cuDeviceGetMemPool")
             self._setup(pool, context, dev.ordinal, owned=False, ipc=False, imported=False)
             return
-        max_size = _nonnegative(options.max_size, "max_size")
+        max_size = int_argument("max_size", options.max_size)
         if not isinstance(options.ipc_enabled, bool):
             raise wrong_kind("ipc_enabled", "a bool", options.ipc_enabled)
         settings = _settings(options)
@@ -643,7 +646,7 @@ class PinnedMemoryResource(_PoolResource):
             options = PinnedMemoryResourceOptions()
         elif not isinstance(options, PinnedMemoryResourceOptions):
             raise wrong_kind("options", "a PinnedMemoryResourceOptions or None", options)
-        max_size = _nonnegative(options.max_size, "max_size")
+        max_size = int_argument("max_size", options.max_size)
         settings = _settings(options)
         context = dev.context
         init_driver()
@@ -651,7 +654,7 @@ class PinnedMemoryResource(_PoolResource):
         props = types.CUmemPoolProps()
         props.allocType = types.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         props.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST_NUMA
-        props.location.id = _nonnegative(options.numa_id, "numa_id")
+        props.location.id = int_argument("numa_id", options.numa_id, 0, INT_LIMIT)
         props.handleTypes = types.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
         props.maxSize = max_size
         pool = on_own_behalf(_create_pool, _pool_destroy, props, settings, dev.ordinal)  # never meets a capture (G6)

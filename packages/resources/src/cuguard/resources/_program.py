@@ -20,11 +20,14 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from cuguard.errors import (
+    INT_LIMIT,
     LibraryNotFoundError,
     NVJitLinkError,
     NVRTCError,
     add_failure_note,
     deferring_lock,
+    int_argument,
+    is_integer,
     report_error,
     wrong_kind,
 )
@@ -54,12 +57,6 @@ def _flag(value: bool | None, what: str) -> str:
     if not isinstance(value, bool):
         raise TypeError(f"{what} must be a bool or None, not {value!r}")
     return "true" if value else "false"
-
-
-def _count(value: int | None, what: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{what} must be an int of {low} or more, not {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -171,7 +168,7 @@ class ProgramOptions:
                 if value:
                     out.append(option)
         if self.max_register_count is not None:
-            out.append(f"-maxrregcount={_count(self.max_register_count, 'max_register_count', 1)}")
+            out.append(f"-maxrregcount={int_argument('max_register_count', self.max_register_count, 1, INT_LIMIT)}")
         out += [f"-Xptxas={o}" for o in _strings(self.ptxas_options, "ptxas_options")]
         out += [f"-D{m}" for m in _macros(self.define_macro)]
         out += [f"-U{m}" for m in _strings(self.undefine_macro, "undefine_macro")]
@@ -184,8 +181,8 @@ class ProgramOptions:
         ):
             value = getattr(self, attr)
             if value is not None:
-                numbers = [value] if isinstance(value, int) else list(value)
-                out.append(f"{option}={','.join(str(_count(n, attr)) for n in numbers)}")
+                numbers = [value] if is_integer(value) else list(value)
+                out.append(f"{option}={','.join(str(int_argument(attr, n, 0, INT_LIMIT)) for n in numbers)}")
         out += _strings(self.extra, "extra")
         return out
 
@@ -461,11 +458,11 @@ class LinkerOptions:
                 raise ValueError(f"arch must be like 'sm_90', not {self.arch!r}")
             out.append(f"-arch={self.arch}")
         if self.max_register_count is not None:
-            out.append(f"-maxrregcount={_count(self.max_register_count, 'max_register_count', 1)}")
+            out.append(f"-maxrregcount={int_argument('max_register_count', self.max_register_count, 1, INT_LIMIT)}")
         if self.optimization_level is not None:
-            out.append(f"-O{_count(self.optimization_level, 'optimization_level')}")
+            out.append(f"-O{int_argument('optimization_level', self.optimization_level, 0, INT_LIMIT)}")
         if self.split_compile is not None:
-            out.append(f"-split-compile={_count(self.split_compile, 'split_compile')}")
+            out.append(f"-split-compile={int_argument('split_compile', self.split_compile, 0, INT_LIMIT)}")
         for attr, option in (
             ("time", "-time"),
             ("verbose", "-verbose"),
@@ -698,7 +695,7 @@ class ProgramCache:
     def __init__(self, directory: str | os.PathLike[str] | None = None, max_entries: int = 256) -> None:
         if directory is not None and not isinstance(directory, str | os.PathLike):
             raise wrong_kind("directory", "a path or None", directory)
-        self._max = _count(max_entries, "max_entries", 1)
+        self._max = int_argument("max_entries", max_entries, 1)
         self._directory = None if directory is None else os.fspath(directory)
         self._entries: OrderedDict[str, tuple[bytes, str, str, dict[str, str]]] = OrderedDict()
         self._lock = deferring_lock()

@@ -19,7 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import CUDAError, add_failure_note, driver, raise_status, wrong_kind
+from cuguard.errors import (
+    INT_LIMIT,
+    SIZE_LIMIT,
+    CUDAError,
+    add_failure_note,
+    driver,
+    int_argument,
+    is_integer,
+    raise_status,
+    wrong_kind,
+)
 from cuguard.resources._memory import Buffer
 from cuguard.resources._memres import MemoryResource, check_device, stream_argument
 from cuguard.resources._stream import Stream, driver_types
@@ -63,17 +73,18 @@ class VirtualMemoryResourceOptions:
         if not isinstance(self.peers, tuple):
             raise wrong_kind("peers", "a tuple of device ordinals", self.peers)
         for peer in self.peers:
-            if isinstance(peer, bool) or not isinstance(peer, int):
+            if not is_integer(peer):
                 raise wrong_kind("peers", "a tuple of device ordinals", peer)
-            if peer < 0:
-                raise ValueError(f"peers must be device ordinals, not {peer}")
+        object.__setattr__(self, "peers", tuple(int_argument("peers", peer, 0, INT_LIMIT) for peer in self.peers))
         if len(set(self.peers)) != len(self.peers):
             raise ValueError(f"peers names a device twice: {self.peers}")
         align = self.addr_align
         if align is not None:
-            if isinstance(align, bool) or not isinstance(align, int):
+            if not is_integer(align):
                 raise wrong_kind("addr_align", "an int power of two or None", align)
-            if align <= 0 or align & (align - 1):
+            align = int_argument("addr_align", align, 1)
+            object.__setattr__(self, "addr_align", align)
+            if align & (align - 1):
                 raise ValueError(f"addr_align must be a power of two, not {align}")
         if not isinstance(self.gpu_direct_rdma, bool):
             raise wrong_kind("gpu_direct_rdma", "a bool", self.gpu_direct_rdma)
@@ -239,7 +250,7 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
     def __init__(self, device: Any, options: VirtualMemoryResourceOptions | None = None) -> None:
         from cuguard.resources._device import Device
 
-        if isinstance(device, bool) or not isinstance(device, (Device, int)):
+        if not isinstance(device, Device) and not is_integer(device):
             raise wrong_kind("device", "a Device or a device ordinal", device)
         if options is None:
             options = VirtualMemoryResourceOptions()
@@ -309,6 +320,17 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         g = self._granularity
         return (size + g - 1) // g * g
 
+    def _rounded(self, size: object, param: str) -> tuple[int, int]:
+        """``size`` checked (E3), and rounded up to the granularity; both below ``2**64`` or ``ValueError``."""
+        size = int_argument(param, size, 1)
+        total = self._round(size)
+        if total >= SIZE_LIMIT:
+            raise ValueError(
+                f"{param} must be 1 or more and below 2**64 once rounded up to the granularity "
+                f"({self._granularity}), not {size}"
+            )
+        return size, total
+
     # --- allocate ---------------------------------------------------------------------------
 
     def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
@@ -320,14 +342,16 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         :class:`~cuguard.errors.CUDAError` naming the failed call is raised:
         nothing is left behind (G1), the current context is unchanged (G2).
         ``stream`` is accepted for the interface's sake and only checked (E3):
-        the memory is not stream-ordered. ``size`` must be an int above 0
-        (``TypeError``/``ValueError`` before the driver is asked).
+        the memory is not stream-ordered. ``size`` must be an integer (NumPy's
+        too) above 0 whose rounded size is below ``2**64``: ``TypeError`` for a
+        bool, a float or another object, ``ValueError`` out of range, before
+        the driver is asked.
         """
-        size = _positive_size(size, "size")
+        size, total = self._rounded(size, "size")
         stream = stream_argument(stream)
         self._check_usable()
         context = self._dev.context
-        layout = call_in(context, self._build, _undo_layout, self._round(size))
+        layout = call_in(context, self._build, _undo_layout, total)
         buffer = Buffer._made(driver_types().CUdeviceptr(layout.ranges[0][0]), context, self._dev.ordinal, size)
         return self._adopt(buffer, layout)
 
@@ -376,7 +400,7 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         """
         if not isinstance(buffer, Buffer):
             raise wrong_kind("buffer", "a Buffer", buffer)
-        new_size = _positive_size(new_size, "new_size")
+        new_size, total = self._rounded(new_size, "new_size")
         self._check_usable()
         if buffer._mr is not self:
             raise ValueError(f"{buffer!r} was not allocated by {self!r}")
@@ -385,7 +409,6 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         if new_size < buffer._size:
             raise ValueError(f"new_size {new_size} is below the buffer's size {buffer._size}: buffers do not shrink")
         layout: _Layout = buffer._mr_data  # type: ignore[assignment]
-        total = self._round(new_size)
         if total > layout.mapped:
             base = int(buffer._handle)
             growth = call_in(buffer._context, self._grow, self._undo_growth, layout, base, total)
@@ -457,11 +480,3 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
     def _free(self, buffer: Buffer, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         layout: _Layout = buffer._mr_data  # type: ignore[assignment]
         return buffer._release_in_context(raising, lambda handle: _teardown(layout))
-
-
-def _positive_size(size: object, param: str) -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise wrong_kind(param, "an int", size)
-    if size <= 0:
-        raise ValueError(f"{param} must be more than 0, not {size}")
-    return size

@@ -31,7 +31,9 @@ from cuguard.errors import (
     forget_sticky_fault,
     install_driver,
     installed_driver,
+    int_argument,
     is_sticky,
+    status_argument,
 )
 from cuguard.testing._sim.facts import STICKY_EXEMPT
 
@@ -353,11 +355,18 @@ def _plan(plan: FaultPlan) -> Iterator[FaultPlan]:
 
 
 def _code(code: Any) -> int:
-    if isinstance(code, bool) or not isinstance(code, int):
-        raise TypeError(f"a fault code must be a CUresult or int, not {type(code).__name__}")
-    if int(code) == 0:
-        raise ValueError("a fault code must be a failure, not CUDA_SUCCESS")
-    return int(code)
+    """``code`` as the int of a failing driver status: ``TypeError``/``ValueError`` at once otherwise (E3).
+
+    A ``CUresult`` or an int naming a status of the status table that the installed cuda-bindings
+    can return is taken; ``CUDA_SUCCESS``, an unknown code (``12345``, ``-1``), a bool or a float
+    is refused here, before any driver call, rather than inside the call the plan would fail.
+    """
+    status = status_argument("code", code)
+    try:
+        _bindings().CUresult(status)
+    except ValueError:
+        raise ValueError(f"code must be a CUDA driver status (a CUresult), not {status}") from None
+    return status
 
 
 def inject(
@@ -377,13 +386,15 @@ def inject(
     failure. Works on the simulated and on the real driver. Yields the
     :class:`FaultPlan` (``fired`` tells how many calls it failed).
 
-    An unknown function name raises ``ValueError`` naming it; a non-failure
-    code raises ``ValueError``; ``nth < 1`` raises ``ValueError``.
+    An unknown function name raises ``ValueError`` naming it; a code that is
+    not a failing CUDA driver status (``CUDA_SUCCESS``, ``12345``, ``-1``)
+    raises ``ValueError``, one that is not an integer ``TypeError``; ``nth``
+    below 1 raises ``ValueError``. All are raised by this call, before any
+    driver call.
     """
     if not known_function(function):
         raise ValueError(f"unknown CUDA driver function {function!r} in fault plan")
-    if nth < 1:
-        raise ValueError(f"nth must be 1 or more, not {nth}")
+    nth = int_argument("nth", nth, 1)
     return _plan(FaultPlan(function, _code(code), nth=nth, every=every, when=when))
 
 
@@ -398,9 +409,9 @@ def restore_fault(
     not reach the driver, so the thread keeps the context the work used, as
     with a real failed restore. ``every`` and ``when`` work as for :func:`inject`
     (``when`` is also called on the restoring thread, so it can select a thread).
+    ``code`` and ``nth`` are checked as by :func:`inject`.
     """
-    if nth < 1:
-        raise ValueError(f"nth must be 1 or more, not {nth}")
+    nth = int_argument("nth", nth, 1)
     return _plan(FaultPlan("cuCtxSetCurrent", _code(code), nth=nth, every=every, when=when, restore_only=True))
 
 
@@ -413,6 +424,8 @@ def sticky(code: int = 700) -> Any:
     context, creating graphs, destroying contexts, releasing primary contexts,
     error names) go through. Leaving the block lifts the fault, which the real
     driver never does: use it to test what happens while the fault holds.
+    A ``code`` that is not a failing CUDA driver status raises ``ValueError``
+    (``TypeError`` for a non-integer) here, before any driver call.
     """
     return _plan(FaultPlan(None, _code(code), every=True, exempt=STICKY_EXEMPT))
 

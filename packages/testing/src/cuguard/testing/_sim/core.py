@@ -491,6 +491,8 @@ class SimCore:
         self.dangling: list[Incident] = []
         #: Exceptions raised by kernel emulations (each also made the driver sticky).
         self.kernel_errors: list[BaseException] = []
+        #: The kernel and the exception behind the sticky fault, when a stand-in raised it (sticky_cause).
+        self._stand_in_cause: tuple[str, BaseException] | None = None
         self._devices = devices
         self._primary: list[Ctx] = []
         for ordinal in range(devices):
@@ -626,6 +628,7 @@ class SimCore:
             self._poison = None if code is None else R(int(code))
             if code is None:
                 self._pending_fault = None
+            self._stand_in_cause = None  # the fault now held is not a stand-in's
             self._regate()
 
     def fault_later(self, code: Any = R.CUDA_ERROR_ILLEGAL_ADDRESS) -> None:
@@ -640,7 +643,35 @@ class SimCore:
         with self._lock:
             if self._poison is None and self._pending_fault is None:
                 self._pending_fault = R(int(code))
+                self._stand_in_cause = None
             self._regate()
+
+    def _stand_in_raised(self, kernel: str, exc: BaseException) -> None:
+        """A kernel emulation of ``kernel`` raised ``exc``: a launch failure that names both (see :meth:`sticky_cause`)."""
+        with self._lock:
+            first = self._poison is None and self._pending_fault is None
+            self.fault_later(R.CUDA_ERROR_LAUNCH_FAILED)
+            if first:
+                self._stand_in_cause = (kernel, exc)
+
+    def sticky_cause(self, code: Any) -> tuple[str, BaseException] | None:
+        """What made this driver sticky with ``code``, when a kernel's stand-in raised: ``(text, exception)``.
+
+        The text names the kernel and the exception; ``None`` when the sticky
+        status held (or pending) is not ``code`` or did not come from a
+        stand-in that raised. The errors layer asks this when it builds a
+        :class:`~cuguard.errors.StickyCUDAError`, which then names the kernel
+        and chains the exception as its ``__cause__``. Never raises.
+        """
+        cause = self._stand_in_cause
+        held = self._poison if self._poison is not None else self._pending_fault
+        if cause is None or held is None or int(held) != int(code):
+            return None
+        kernel, exc = cause
+        return (
+            f"kernel {kernel!r} failed on the simulated driver: its stand-in raised {type(exc).__name__}: {exc}",
+            exc,
+        )
 
     def register_kernel(self, name: str, fn: Callable[..., Any], argtypes: Any = None) -> None:
         """Run ``fn(sim, *args)`` whenever a kernel named ``name`` executes.
@@ -1927,7 +1958,7 @@ class SimCore:
                 return
             except Exception as exc:  # noqa: BLE001 - any emulation failure is a failed launch
                 self.kernel_errors.append(exc)
-                self.fault_later(R.CUDA_ERROR_LAUNCH_FAILED)
+                self._stand_in_raised(fn.name, exc)
                 return
             finally:
                 self._tls.in_kernel = False

@@ -6,6 +6,10 @@ entry name); when that kernel executes on any simulated driver, the stand-in
 runs once for the whole launch with the launch's shape and the kernel's
 arguments, decoded as the kernel would read them from its parameter list.
 
+A stand-in that raises fails its launch as a faulting kernel would (a sticky
+``CUDA_ERROR_LAUNCH_FAILED`` at the next synchronization), and the error names
+the kernel and chains the stand-in's exception as its ``__cause__``.
+
 A kernel whose PTX body does nothing (``{ ret; }``) needs no stand-in. Launching
 any other kernel that has none raises :class:`MissingStandInError`: the
 simulator never pretends that a kernel ran.
@@ -138,7 +142,11 @@ def stand_in(kernel: str) -> Callable[[S], S]:
     the kernel reads it (``.u64``/``.b64`` as :class:`DevicePointer`, other
     integers as ``int``, ``.f32``/``.f64`` as ``float``, byte arrays as
     ``bytes``). It faults the launch (a sticky error at the next
-    synchronization) by raising or by returning a non-zero status. Registering
+    synchronization) by calling ``launch.driver.fault()``, by returning a
+    non-zero status, or by raising: an exception makes the launch fail with
+    ``CUDA_ERROR_LAUNCH_FAILED``, and the :class:`~cuguard.errors.StickyCUDAError`
+    that reports it names the kernel and the exception and chains the exception
+    as its ``__cause__`` (``SimulatedDriver.sticky_cause``). Registering
     a name again replaces the earlier stand-in. Returns the function unchanged.
     ``TypeError`` for a name that is not a non-empty str.
     """

@@ -170,6 +170,7 @@ class _Trigger:
         self.recorded: list[str] = []
         self._lock = threading.Lock()
         self._collecting: int | None = None
+        self.case_thread = threading.get_ident()  # the thread that runs the operation
 
     def outside(self) -> bool:
         """Whether this thread is not running the forced collection."""
@@ -184,7 +185,7 @@ class _Trigger:
             fire = self.seen == self.k and not self.fired
             if self.k == 0:
                 thread = threading.current_thread()
-                self.recorded.append(what if thread is threading.main_thread() else f"{what} [{thread.name}]")
+                self.recorded.append(what if me == self.case_thread else f"{what} [{thread.name}]")
             if fire:
                 self.fired = True
                 self.where = what
@@ -236,17 +237,29 @@ class _CollectingDriver:
         return wrapped
 
 
-def _acquirer() -> str:
-    """Where the lock being acquired is taken: the first frame outside the lock module and this one."""
-    frame = sys._getframe(1)
+def _acquirer() -> str | None:
+    """Where the lock being acquired is taken (``None`` for the simulator's and fault proxy's locks).
+
+    The first frame outside the lock module and this one. Locks of cuguard.testing stand for the
+    driver's own thread safety (each driver call takes them): their points are the call points.
+    """
+    frame: Any = sys._getframe(1)
     while frame is not None and (
-        frame.f_code.co_filename in (__file__,) or frame.f_globals.get("__name__") == _LOCKS_MODULE
+        frame.f_code.co_filename == __file__ or frame.f_globals.get("__name__") in (_LOCKS_MODULE, "threading")
     ):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if frame is None:
         return "lock"
-    module = str(frame.f_globals.get("__name__", "?")).removeprefix("cuguard.")
-    return f"lock in {module}.{frame.f_code.co_name}"
+    module = str(frame.f_globals.get("__name__", "?"))
+    if module.startswith("cuguard.testing"):
+        return None
+    return f"lock in {module.removeprefix('cuguard.')}.{frame.f_code.co_name}"
+
+
+def _lock_point(trigger: _Trigger) -> None:
+    where = _acquirer()
+    if where is not None:
+        trigger.point(where)
 
 
 # --- one case ---------------------------------------------------------------------------------
@@ -348,16 +361,20 @@ class _GcHooks(CaseHooks):
             self.unraisable.append(f"{info.exc_type.__name__}: {info.exc_value} (in {info.object!r})"[:400])
 
         sys.unraisablehook = unraisable
-        locks = lock_hook()
+        locks = lock_hook() if self.dimension in (None, "lock") else None
         hook_before = locks.on_acquire if locks is not None else None
         try:
-            if self.dimension in (None, "lock") and locks is not None:
-                locks.on_acquire = lambda *args: self.trigger.point(_acquirer())
+            # The hook goes on once the driver is installed and off before it is removed: the
+            # seam's own locks there are the sweep's doing, not the operation's.
             with env.errors.use_driver(self.driver):
-                yield None
+                if locks is not None:
+                    locks.on_acquire = lambda *args: _lock_point(self.trigger)
+                try:
+                    yield None
+                finally:
+                    if locks is not None:
+                        locks.on_acquire = hook_before
         finally:
-            if locks is not None:
-                locks.on_acquire = hook_before
             sys.unraisablehook = previous_hook
 
     def _path(self) -> list[str]:
@@ -365,6 +382,7 @@ class _GcHooks(CaseHooks):
 
     def arm(self, env: Env, proxy: FaultProxy) -> Any:
         self.driver = _CollectingDriver(proxy, self.trigger, calls=self.dimension == "call")
+        self.trigger.case_thread = threading.get_ident()
         return self._armed(env, proxy)
 
     def after_op(self, env: Env, proxy: FaultProxy, result: Any, exc: BaseException | None, add: Any) -> None:
@@ -378,7 +396,9 @@ class _GcHooks(CaseHooks):
         for text in self.unraisable:
             add("W3", f"an exception escaped to sys.unraisablehook: {text}")
         if not self.trigger.fired:
-            if self.same_path:  # else the operation took another course: the point is not there
+            # With other driver calls the operation took another course, and a lock guarding a
+            # process-wide cache (filled by an earlier case) is not taken again: no point there.
+            if self.same_path and self.dimension == "call":
                 add("sweep", f"the collection point was not reached ({self.trigger.seen} points seen)")
             return
         if exc is None and self.baseline is not None and _shape(result) != self.baseline.shape:
