@@ -130,7 +130,15 @@ def _abandon_capture(handle: Any) -> tuple[Any, str]:
     err, graph = _end_capture(handle)
     if err:
         # an invalidated capture, or one with a fork left unjoined, ended with no graph: nothing is left
-        return (0 if int(err) in _ENDED_WITHOUT_GRAPH else err), "cuStreamEndCapture"
+        if int(err) in _ENDED_WITHOUT_GRAPH:
+            return 0, "cuStreamEndCapture"
+        # Refused (from another thread than the one that began a global or thread-local capture, when
+        # the builder is collected on cuguard's release thread, say): an H200 ends the capture anyway,
+        # with no graph. Ask the driver: a capture that is over left nothing behind.
+        status_err, status = driver.cuStreamIsCapturing(handle)
+        if not status_err and int(status) == 0:
+            return 0, "cuStreamEndCapture"
+        return err, "cuStreamEndCapture"
     (err,) = driver.cuGraphDestroy(graph)
     return err, "cuGraphDestroy"
 
