@@ -38,7 +38,7 @@ def _device_of(device: Any, param: str) -> Any:
 
     if not isinstance(device, Device) and not is_integer(device):
         raise wrong_kind(param, "a Device or a device ordinal", device)
-    dev = device if isinstance(device, Device) else Device(device)
+    dev = device if isinstance(device, Device) else Device(int_argument(param, device, 0, INT_LIMIT))
     dev._check_driver()  # a Device of a driver no longer installed is refused here (O3), not at first use
     return dev
 

@@ -170,7 +170,7 @@ class Buffer(Resource):
         elif not isinstance(device, Device):
             if not is_integer(device):
                 raise wrong_kind("device", "a Device or a device ordinal", device)
-            device = Device(device)
+            device = Device(int_argument("device", device, 0, 1 << 31))
         # Held through a Lent: another library's object may call CUDA as it goes, never on a driver's thread (O5).
         held = None if lender is None else _dlpack.Lent(lender)
         return cls._made(

@@ -257,7 +257,7 @@ def _device_of(device: Any) -> Any:
         return device
     if not is_integer(device):
         raise wrong_kind("device", "a Device or a device ordinal", device)
-    return Device(device)
+    return Device(int_argument("device", device, 0, INT_LIMIT))
 
 
 def _alloc_from_pool(size: int, pool: Any, stream: Any) -> Any:

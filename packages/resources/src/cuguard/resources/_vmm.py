@@ -256,7 +256,7 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
             options = VirtualMemoryResourceOptions()
         elif not isinstance(options, VirtualMemoryResourceOptions):
             raise wrong_kind("options", "a VirtualMemoryResourceOptions or None", options)
-        dev = device if isinstance(device, Device) else Device(device)
+        dev = device if isinstance(device, Device) else Device(int_argument("device", device, 0, INT_LIMIT))
         if dev.ordinal in options.peers:
             raise ValueError(f"options.peers names the resource's own device {dev.ordinal}")
         super().__init__()
