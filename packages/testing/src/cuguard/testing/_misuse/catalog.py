@@ -262,6 +262,20 @@ def _exit(obj: Any) -> BaseException:
     return body
 
 
+def _block(obj: Any, fail: bool) -> BaseException | None:
+    """``with obj:`` (a Context or Device) around nothing, or around a body that raises; returns that exception."""
+    body = ValueError("the with-block body failed")
+    try:
+        with obj:
+            if fail:
+                raise body
+    except ValueError as exc:
+        if exc is not body:
+            raise
+        return body
+    return None
+
+
 def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     """Every operation of the catalog. ``L`` holds the layers; ``image()`` the kernel image of the driver now."""
     E, C, R, G = L.errors, L.context, L.resources, L.graphs
@@ -343,15 +357,8 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         destroys_context=True,
         frees_memory=True,
     )
-    add(
-        "Context.__exit__",
-        "Context",
-        _exit,
-        idempotent_close=True,
-        exit=True,
-        destroys_context=True,
-        frees_memory=True,
-    )
+    # ``with ctx:`` makes it current for the block and restores the caller's context (it closes nothing)
+    add("Context.__exit__", "Context", _block, _v("fail", False, True))
     add("Context.device", "Context", lambda c: c.device, uses_receiver=False)
     add("Context.handle", "Context", lambda c: c.handle)
     add("Context.is_primary", "Context", lambda c: (c.is_primary, c.owned, c.closed, c.stale), uses_receiver=False)
@@ -400,6 +407,14 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         "Device",
         lambda d, obj: d.create_stream(obj),
         _p("obj", STREAM, "Stream", optional=True),
+    )
+    add("Device.pci_bus_id", "Device", lambda d: d.pci_bus_id)
+    add("Device.__enter__", "Device", _block, _v("fail", False, True))
+    add("system.get_num_devices", None, lambda: R.system.get_num_devices())
+    add(
+        "system.get_user_mode_driver_version",
+        None,
+        lambda: (R.system.get_user_mode_driver_version(), R.system.get_driver_version(), R.system.driver_version),
     )
     add("Device.ordinal", "Device", lambda d: (d.ordinal, d.handle), uses_receiver=False)
     add("Device.context", "Device", lambda d: d.context)
@@ -925,7 +940,8 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         extra_errors=(LibraryNotFoundError,),  # documented: nvJitLink is not installed
     )
     # A foreign stream (or a builder, or a Stream) as a cuguard Stream; the wrapper is pooled (not owned).
-    add("as_stream", None, R.as_stream, _p("stream", STREAM, "Stream"), weight=2)
+    # a Stream is returned as it is (a conversion, not a use): a closed or stale one is refused where it is used
+    add("as_stream", None, R.as_stream, _p("stream", STREAM, "Stream", uses=False), weight=2)
     add(
         "wait_attributed",
         None,
