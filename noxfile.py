@@ -114,7 +114,7 @@ COMPILER_LIBRARIES = {
 SWEEP_SAMPLE = ["--sample", "2000"]
 # The garbage-collection point sweep's sample in `nox -s gcsweep` (`-- --full` runs every case): one point of
 # every operation and dimension (driver calls, lock acquisitions) first, the rest at random.
-GC_SWEEP_SAMPLE = ["--sample", "700"]
+GC_SWEEP_SAMPLE = ["--sample", "600"]
 # The misuse sweep's budget in `nox -s misuse` (examples x steps; well under 3 minutes on 2 cores).
 MISUSE_BUDGET = ["--examples", "150", "--steps", "50"]
 
