@@ -101,12 +101,13 @@ def test_set_current_returns_previous_and_switches(two: tuple[Context, Context])
 def test_create_restores_callers_context(two: tuple[Context, Context]) -> None:
     a, _ = two
     a.set_current()
-    with Context.create(0) as c:
-        assert Context.current() == a
-        assert c != a
+    c = Context.create(0)
+    assert Context.current() == a
+    assert c != a
+    c.close()
     driver.cuCtxSetCurrent(_null())
-    with Context.create(0):
-        assert Context.current() is None
+    Context.create(0).close()
+    assert Context.current() is None
 
 
 @pytest.mark.contract("C1")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -78,6 +79,10 @@ class Context(Unique):
       (or garbage collection) destroys it.
     - :meth:`wrap` and :meth:`current` wrap a handle without owning it; their
       :meth:`close` only marks the wrapper closed.
+
+    ``with ctx:`` makes the context current for the block and restores the
+    caller's context after, whatever happens inside (see :meth:`__enter__`
+    and :meth:`__exit__`); it does not close the context.
 
     Contexts compare equal and hash by handle. Contexts are not copyable or
     picklable (O1). A context that refuses use raises
@@ -360,16 +365,71 @@ class Context(Unique):
         _record_gone(self._int)
 
     def __enter__(self) -> Context:
+        """``with ctx:`` makes this context current for the block; the caller's context comes back after.
+
+        Asks the driver for the current context once; when it is this one
+        already, nothing is switched (C1); otherwise one ``cuCtxSetCurrent``
+        switches in. Blocks nest and re-enter freely (``with a: with b: with
+        a:``), each block on its own thread: what a block restores is what
+        was current on that thread when it began. Raises
+        ``ResourceClosedError`` for a context that refuses use (closed,
+        destroyed, or of a driver no longer installed) and
+        :class:`~cuguard.errors.CUDAError` when the driver refuses either
+        call; the current context is then as before and the block does not
+        run. Leaving the block never closes or destroys the context: use
+        :meth:`close` for that.
+        """
+        if self._closed:
+            raise self._refusal()
+        err, previous = driver.cuCtxGetCurrent()
+        if err:
+            raise_status(err, "cuCtxGetCurrent")
+        switched = int(previous) != self._int
+        if switched:
+            (err,) = driver.cuCtxSetCurrent(self._handle)
+            if err:
+                raise_status(err, "cuCtxSetCurrent")
+        _scope_stack().append((self, previous, switched))
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
+        """Restore the context that was current when the block began, whatever happened inside.
+
+        After a switch in, one ``cuCtxSetCurrent`` restores the caller's
+        context. When nothing was switched in, the current context is asked
+        once and restored only if the block changed it (C1). A caller's
+        context that cuguard destroyed meanwhile is not switched back to: the
+        thread is left with no context (S2). A failed restore while an
+        exception leaves the block is a note on that exception, which
+        propagates (G4); otherwise it raises :class:`~cuguard.errors.CUDAError`
+        saying the caller's context could not be restored and naming the
+        context current now (C2). Nothing is retried. Once the driver this
+        context was made under is uninstalled, leaving the block calls no
+        driver (O3).
+        """
+        stack = _scope_stack()
+        for index in range(len(stack) - 1, -1, -1):
+            if stack[index][0] is self:
+                _, previous, switched = stack.pop(index)
+                break
+        else:
+            raise RuntimeError(f"{self!r}: __exit__ without a matching __enter__ on this thread")
+        if self._driver is not driver_token():
             return
-        try:
-            self.close()
-        except Exception as failure:  # noqa: BLE001 - attached to the propagating exception (G4)
-            add_failure_note(exc, failure, handle=self._handle)
+        if not switched:
+            err, now = driver.cuCtxGetCurrent()
+            if not err and int(now) == int(previous):
+                return
+        if _any_gone[0]:
+            previous = _restorable(previous)
+        (err,) = driver.cuguardRestoreContext(previous)
+        if not err:
+            return
+        error = _restore_error(err, previous)
+        if exc is not None:
+            add_failure_note(exc, error)
+            return
+        raise error
 
     @property
     def stale(self) -> bool:
@@ -531,6 +591,17 @@ def _gc_phase(phase: str, info: dict[str, int], _finalizing: Callable[[], bool] 
 
 
 gc.callbacks.append(_gc_phase)
+
+
+_scopes = threading.local()
+
+
+def _scope_stack() -> list[tuple[Context, Any, bool]]:
+    """The calling thread's open ``with ctx:`` blocks: (context, the caller's context handle, switched)."""
+    stack: list[tuple[Context, Any, bool]] | None = getattr(_scopes, "stack", None)
+    if stack is None:
+        stack = _scopes.stack = []
+    return stack
 
 
 def _ordinal(ordinal: object) -> int:

@@ -19,7 +19,9 @@ and ``with`` support, and is released when garbage-collected (reporting a
 creates nothing and leaves the current context as it was.
 
 :attr:`Device.properties` (:class:`DeviceProperties`) reads the device's
-attributes under cuda.core's names; :attr:`Device.memory_info`
+attributes under cuda.core 1.2's names; :mod:`~cuguard.resources.system`
+answers system-wide questions (``system.get_num_devices()``, the driver
+version); ``with dev:`` makes a device current for a block; :attr:`Device.memory_info`
 (:class:`MemoryInfo`), :attr:`Device.uuid`, :attr:`Device.arch` and
 :attr:`Device.default_stream` answer the usual questions. Memory of other
 libraries is wrapped without being owned (:meth:`Buffer.from_handle`,
@@ -35,6 +37,7 @@ parameter (contract E3). Wherever a stream is taken, any object with
 
 from __future__ import annotations
 
+from cuguard.resources import system as system
 from cuguard.resources._accounting import MemoryRecord as MemoryRecord
 from cuguard.resources._accounting import MemoryReport as MemoryReport
 from cuguard.resources._accounting import memory_in_use as memory_in_use
@@ -121,6 +124,7 @@ __all__ = [
     "link",
     "memory_in_use",
     "pack_args",
+    "system",
     "wait_attributed",
 ]
 

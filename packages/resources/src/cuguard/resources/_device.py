@@ -101,6 +101,10 @@ def _current_ordinal() -> int:
     return int(dev)
 
 
+# Room for the driver's "dddddddd:bb:dd.f" with its NUL; the driver writes at most this many bytes.
+_PCI_BUS_ID_LENGTH = 64
+
+
 class Device:
     """A CUDA device, by ordinal: one object per ordinal per installed driver (O2).
 
@@ -208,6 +212,22 @@ class Device:
             raise_status(err, "cuDeviceGetName")
         return bytes(raw).split(b"\x00", 1)[0].decode(errors="replace")
 
+    @property
+    def pci_bus_id(self) -> str:
+        """The device's PCI bus id, ``domain:bus:device.function`` in hex, e.g. ``"0000:1B:00.0"``.
+
+        One ``cuDeviceGetPCIBusId``, which needs no context (the current one
+        is left as it was, G2); not cached. Raises
+        :class:`~cuguard.errors.CUDAError` if the driver refuses and
+        ``ResourceClosedError`` for a device of a driver that is no longer
+        installed.
+        """
+        self._check_driver()
+        err, raw = driver.cuDeviceGetPCIBusId(_PCI_BUS_ID_LENGTH, self._handle)
+        if err:
+            raise_status(err, "cuDeviceGetPCIBusId")
+        return bytes(raw).split(b"\x00", 1)[0].decode(errors="replace").strip()
+
     def attribute(self, attribute: Any) -> int:
         """The value of a ``CUdevice_attribute`` (enum member or int).
 
@@ -304,6 +324,25 @@ class Device:
     def set_current(self) -> Context | None:
         """Make the device's primary context current; return the previously current context."""
         return self.context.set_current()
+
+    def __enter__(self) -> Device:
+        """``with dev:`` makes the device's primary context current for the block (``with dev.context:``).
+
+        The caller's context is restored when the block ends, whatever happens
+        inside; blocks nest and re-enter, per thread. Switches only when
+        another context is current (C1). Raises what :attr:`context` and
+        :meth:`Context.__enter__ <cuguard.context.Context.__enter__>` raise;
+        the current context is then as before.
+        """
+        self.context.__enter__()
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        """Restore the caller's context, as ``Context.__exit__`` does (a failure: C2, or a note under G4)."""
+        context = self._context
+        if context is None:  # pragma: no cover - __enter__ retained it
+            raise RuntimeError(f"{self!r}: __exit__ without a matching __enter__ on this thread")
+        context.__exit__(exc_type, exc, tb)
 
     def sync(self) -> None:
         """Wait for all work on the device's primary context.

@@ -12,6 +12,11 @@ if TYPE_CHECKING:
 __all__ = ["DeviceProperties"]
 
 _PREFIX = "CU_DEVICE_ATTRIBUTE_"
+# cuda.core's names that are not the driver's attribute name lowercased: name -> the attribute's name.
+_RENAMED = {"virtual_memory_management_supported": "CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED"}
+# Names cuguard keeps beside cuda.core's for the same attribute (the driver's own spelling):
+# alias -> cuda.core's name. They read the same cached value.
+ALIASES = {"virtual_address_management_supported": "virtual_memory_management_supported"}
 # Attributes that are yes/no flags: read as bool, as cuda.core does. Every name ending in
 # "_supported" is one too.
 _FLAGS = frozenset(
@@ -38,6 +43,9 @@ _FLAGS = frozenset(
         "mps_enabled",
         "can_tex2d_gather",
         "ipc_event_supported",
+        "can_use_64_bit_stream_mem_ops",
+        "can_use_stream_wait_value_nor",
+        "unified_function_pointers",
     }
 )
 _names: dict[str, Any] | None = None
@@ -56,24 +64,41 @@ def _table() -> dict[str, Any]:
             name = member.name
             if name.startswith(_PREFIX) and name != _PREFIX + "MAX":
                 names.setdefault(name[len(_PREFIX) :].lower(), member)
+        for name, attribute in _RENAMED.items():
+            member = getattr(CUdevice_attribute, attribute, None)
+            if member is not None:
+                names[name] = member
+                names.pop(attribute[len(_PREFIX) :].lower(), None)
         with _names_lock:
             _names = names
     return names
 
 
 class DeviceProperties:
-    """The attributes of one device, as attributes named as in cuda.core (``Device.properties``).
+    """The attributes of one device, under cuda.core 1.2's names (``Device.properties``).
 
-    Every ``CUdevice_attribute`` of the installed cuda-bindings is available
-    under its name lowercased without the ``CU_DEVICE_ATTRIBUTE_`` prefix
-    (``multiprocessor_count``, ``max_threads_per_block``, ``warp_size``,
-    ``compute_capability_major``, ``l2_cache_size``...). Flags (``integrated``,
-    ``managed_memory``, names ending in ``_supported``...) read as ``bool``,
-    the rest as ``int``. Each value is read with ``cuDeviceGetAttribute`` on
-    first access and cached for the device's lifetime; a refusal (for
-    example an attribute the installed driver does not know) raises
-    :class:`~cuguard.errors.CUDAError` and caches nothing; an unknown name
-    raises ``AttributeError``. Made by :attr:`Device.properties` only.
+    Every property of cuda.core 1.2's ``DeviceProperties`` is here under the
+    same name (``multiprocessor_count``, ``max_threads_per_block``,
+    ``warp_size``, ``compute_capability_major``, ``l2_cache_size``,
+    ``virtual_memory_management_supported``...), with the same type: flags
+    (``integrated``, ``managed_memory``, ``unified_function_pointers``, names
+    ending in ``_supported``...) read as ``bool``, the rest as ``int``.
+
+    Beyond cuda.core's names, and readable the same way: every other
+    ``CUdevice_attribute`` of the installed cuda-bindings under its name
+    lowercased without the ``CU_DEVICE_ATTRIBUTE_`` prefix (attributes newer
+    than cuda.core 1.2, such as ``atomic_reduction_supported``), and one
+    alias, ``virtual_address_management_supported`` (the driver's spelling of
+    ``virtual_memory_management_supported``, the same cached value). Code meant
+    to run on cuda.core too should use cuda.core's names only.
+
+    Each value is read with ``cuDeviceGetAttribute`` on first access and
+    cached for the device's lifetime. A refusal (for example an attribute
+    the installed driver does not know: ``CUDA_ERROR_INVALID_VALUE``) raises
+    :class:`~cuguard.errors.CUDAError` and caches nothing, where cuda.core
+    reads such an attribute as 0. An unknown name raises ``AttributeError``.
+    No context is needed, so none is switched to (G2). Made by
+    :attr:`Device.properties` only.
     """
 
     __slots__ = ("_cache", "_device")
@@ -94,6 +119,7 @@ class DeviceProperties:
     def __getattr__(self, name: str) -> int:
         if name.startswith("_"):
             raise AttributeError(name)
+        name = ALIASES.get(name, name)
         cache = self._cache
         if name in cache:
             return cache[name]
@@ -110,7 +136,7 @@ class DeviceProperties:
         return result
 
     def __dir__(self) -> list[str]:
-        return sorted(set(_table()) | set(object.__dir__(self)))
+        return sorted(set(_table()) | set(ALIASES) | set(object.__dir__(self)))
 
     def __copy__(self) -> DeviceProperties:
         return self

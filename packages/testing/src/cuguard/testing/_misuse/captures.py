@@ -159,7 +159,6 @@ DESTROY_OPS = frozenset(
         "GraphBuilder.close",
         "GraphBuilder.__exit__",
         "Context.close",
-        "Context.__exit__",
     }
 )
 

@@ -315,6 +315,12 @@ def _stream_probe(env: Env, s: Any) -> object:
     return None
 
 
+def _in_block(obj: Any) -> object:
+    """``with obj:`` (a Context or a Device) around a question to the driver; returns what it answered."""
+    with obj:
+        return obj.context if hasattr(obj, "ordinal") else obj.device
+
+
 def _ctx_probe(env: Env, s: Any) -> object:
     s.dev.sync()
     s.dev.create_stream().close()
@@ -433,11 +439,18 @@ def _build() -> list[Scenario]:
         probe=lambda e, s: (s.ctx.close(), _ctx_probe(e, s)),
     )
     add(
-        "context.Context.__exit__[created]",
-        lambda e: _ns(dev=e.device(), ctx=e.context.Context.create(0)),
-        lambda e, s: s.ctx.__exit__(None, None, None),
-        covers=("context.Context.__exit__",),
-        releases=True,
+        "context.Context.__enter__",
+        dev_only,
+        lambda e, s: _in_block(s.dev.context),
+        covers=("context.Context.__enter__", "context.Context.__exit__"),
+        probe=_ctx_probe,
+    )
+    add(
+        "context.Context.__enter__[created]",
+        lambda e: _ns(dev=e.device(), ctx=e.own(e.context.Context.create(0))),
+        lambda e, s: _in_block(s.ctx),
+        covers=("context.Context.__enter__", "context.Context.__exit__"),
+        probe=_ctx_probe,
     )
     add(
         "context.Context.__del__[primary]",
@@ -496,6 +509,23 @@ def _build() -> list[Scenario]:
     add(R + "Device.properties", dev_fresh, lambda e, s: s.dev.properties.multiprocessor_count)
     add(R + "Device.arch", dev_fresh, lambda e, s: s.dev.arch)
     add(R + "Device.uuid", dev_fresh, lambda e, s: s.dev.uuid)
+    add(R + "Device.pci_bus_id", dev_fresh, lambda e, s: s.dev.pci_bus_id)
+    add(
+        R + "Device.__enter__",
+        dev_only,
+        lambda e, s: _in_block(s.dev),
+        covers=(R + "Device.__enter__", R + "Device.__exit__"),
+        probe=_ctx_probe,
+    )
+    add(
+        R + "system.get_num_devices", nothing, lambda e, s: e.resources.system.get_num_devices(), covers=(R + "system",)
+    )
+    add(
+        R + "system.get_user_mode_driver_version",
+        nothing,
+        lambda e, s: (e.resources.system.get_user_mode_driver_version(), e.resources.system.driver_version),
+        covers=(R + "system",),
+    )
     add(R + "Device.memory_info", dev_only, lambda e, s: s.dev.memory_info, probe=_ctx_probe)
     add(R + "Device.default_stream", dev_fresh, lambda e, s: e.own(s.dev.default_stream), probe=_ctx_probe)
     add(
