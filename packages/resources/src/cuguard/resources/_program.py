@@ -15,8 +15,8 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import IO, Any
 
 from cuguard.errors import (
@@ -41,6 +41,22 @@ _LINK_TARGETS = ("cubin", "ptx", "ltoir")
 
 _StrList = str | Sequence[str] | None
 _Macro = str | tuple[str, str]
+
+
+def _options_from_mapping(cls: type[Any], options: Mapping[Any, Any], what: str) -> Any:
+    """``cls(**options)`` as cuda.core does for a dict of options, with each key checked first.
+
+    A key that is not a field of ``cls`` raises ``TypeError`` naming it (and
+    ``what``, the parameter); the values are checked by ``cls`` itself
+    (``TypeError``/``ValueError``). Nothing reaches NVRTC or nvJitLink.
+    """
+    known = {f.name for f in fields(cls)}
+    for key in options:
+        if not isinstance(key, str):
+            raise TypeError(f"{what}: option names must be str, not {type(key).__name__} ({key!r})")
+        if key not in known:
+            raise TypeError(f"{what}: {cls.__name__} has no option {key!r}")
+    return cls(**options)
 
 
 def _strings(value: _StrList, what: str) -> list[str]:
@@ -218,7 +234,10 @@ class Program:
 
     ``Program(code, code_type="c++", options=None)`` as in ``cuda.core``: the
     second argument is the code type (an unknown one raises ``ValueError``).
-    ``options`` is a :class:`ProgramOptions`, or a sequence of raw NVRTC
+    ``options`` is a :class:`ProgramOptions`, a dict of its fields
+    (``{"std": "c++17", "arch": "sm_90"}``, taken as ``ProgramOptions(**options)``
+    as cuda.core does: a key that is no field raises ``TypeError`` naming
+    it, a bad value ``TypeError``/``ValueError``), or a sequence of raw NVRTC
     option strings (``["-arch=sm_90", "-std=c++17"]``) whose program name is
     ``"default_program"``. Constructing it makes no library call.
 
@@ -230,7 +249,10 @@ class Program:
     __slots__ = ("_code", "_code_type", "_flags", "_options")
 
     def __init__(
-        self, code: str | bytes, code_type: str = "c++", options: ProgramOptions | Sequence[str] | None = None
+        self,
+        code: str | bytes,
+        code_type: str = "c++",
+        options: ProgramOptions | Mapping[str, Any] | Sequence[str] | None = None,
     ) -> None:
         if not isinstance(code, str | bytes):
             raise wrong_kind("code", "a str or bytes", code)
@@ -240,10 +262,13 @@ class Program:
             options = ProgramOptions()
         elif isinstance(options, ProgramOptions):
             pass
+        elif isinstance(options, Mapping):
+            options = _options_from_mapping(ProgramOptions, options, "options")
         elif isinstance(options, Sequence) and not isinstance(options, str | bytes):
             options = ProgramOptions(extra=tuple(_strings(list(options), "options")))
         else:
-            raise wrong_kind("options", "a ProgramOptions or a sequence of option strings", options)
+            expected = "a ProgramOptions, a dict of its fields or a sequence of option strings"
+            raise wrong_kind("options", expected, options)
         self._code = code.encode() if isinstance(code, str) else bytes(code)
         self._code_type = code_type.lower()
         self._options = options
@@ -502,7 +527,9 @@ class Linker:
 
     Construction checks the arguments (``TypeError`` for an input that is not
     an :class:`ObjectCode`, ``ValueError`` for none or for options without
-    ``arch``) and makes no library call. :meth:`link` creates the nvJitLink
+    ``arch``) and makes no library call. ``options`` may be a dict of
+    :class:`LinkerOptions` fields, taken as ``LinkerOptions(**options)`` as
+    cuda.core does (a key that is no field raises ``TypeError`` naming it). :meth:`link` creates the nvJitLink
     handle, links and destroys the handle before it returns or raises;
     :meth:`get_error_log` and :meth:`get_info_log` give the logs of the last
     :meth:`link` (after a failed one, the error log the
@@ -511,7 +538,7 @@ class Linker:
 
     __slots__ = ("_error_log", "_info_log", "_inputs", "_options")
 
-    def __init__(self, *object_codes: ObjectCode, options: LinkerOptions | None = None) -> None:
+    def __init__(self, *object_codes: ObjectCode, options: LinkerOptions | Mapping[str, Any] | None = None) -> None:
         if not object_codes:
             raise ValueError("Linker needs at least one ObjectCode")
         for code in object_codes:
@@ -519,8 +546,10 @@ class Linker:
                 raise wrong_kind("object_codes", "an ObjectCode", code)
         if options is None:
             options = LinkerOptions()
+        elif isinstance(options, Mapping):
+            options = _options_from_mapping(LinkerOptions, options, "options")
         if not isinstance(options, LinkerOptions):
-            raise wrong_kind("options", "a LinkerOptions", options)
+            raise wrong_kind("options", "a LinkerOptions or a dict of its fields", options)
         if options.arch is None:
             raise ValueError("LinkerOptions.arch is required (e.g. 'sm_90')")
         self._inputs = object_codes
