@@ -178,29 +178,59 @@ def test_collecting_memory_freed_after_a_context_sync_waits_for_the_captures_cug
     stream.close()
 
 
-@pytest.mark.contract("W1", "W5")
-def test_a_capture_begun_outside_cuguard_leaks_memory_that_needs_a_context_sync(
-    cuguard_driver: Any, device: Device, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.contract("G6", "W5")
+def test_a_capture_begun_outside_cuguard_on_a_stream_it_handed_out_defers_memory_that_needs_a_context_sync(
+    cuguard_driver: Any, device: Device
 ) -> None:
-    # The H200 refuses the synchronize during any capture of its context (the simulator's rule, on here).
-    monkeypatch.setattr("cuguard.testing._sim.capture.ENFORCE_SYNC_DURING_CAPTURE", True)
     obj = _buffer_of_a_closed_stream(device, [])
     handle = _handle_of(obj)
     stream = device.create_stream(non_blocking=True)
     device.set_current()
-    _begin(stream)  # with the bindings alone: cuguard does not know of it
+    _begin(stream)  # with the bindings alone, on the handle cuguard handed out: cuguard asks that stream
     try:
-        with pytest.warns(CUDAWarning) as record:
-            del obj  # the last reference: collected here
+        with record_calls() as log:
+            del obj  # the last reference: collected here, and its release waits
+        assert "cuCtxSynchronize" not in [c.name for c in log]
+        if isinstance(cuguard_driver, SimulatedDriver):
+            assert not _freed(cuguard_driver, handle)
     finally:
         ended = _end(stream)
+    assert ended == (1, 0)  # the capture went on undisturbed and ended with a graph
+    with record_calls() as log:
+        stream.sync()  # the next synchronization finds the capture over: the release is carried out
+    assert "cuCtxSynchronize" in [c.name for c in log]
+    assert _freed(cuguard_driver, handle)
+    stream.close()
+
+
+@pytest.mark.contract("W1", "W5")
+def test_a_capture_on_a_stream_cuguard_never_saw_leaks_memory_that_needs_a_context_sync(
+    cuguard_driver: Any, device: Device
+) -> None:
+    obj = _buffer_of_a_closed_stream(device, [])
+    handle = _handle_of(obj)
+    device.set_current()
+    err, raw = driver.cuStreamCreate(1)  # made and captured with the bindings alone: cuguard cannot ask it
+    assert not err
+    try:
+        (err,) = driver.cuStreamBeginCapture(raw, _mode().CU_STREAM_CAPTURE_MODE_GLOBAL)
+        assert not err
+        with pytest.warns(CUDAWarning) as record:
+            del obj  # the last reference: collected here
+        err, status = driver.cuStreamIsCapturing(raw)
+        assert not err
+        err, graph = driver.cuStreamEndCapture(raw)
+        if not err:
+            driver.cuGraphDestroy(graph)
+        ended = (int(status), int(err))
+    finally:
+        driver.cuStreamDestroy(raw)
     messages = [str(w.message) for w in record if issubclass(w.category, CUDAWarning)]
     assert any("cuCtxSynchronize" in m and "leaked" in m for m in messages), messages
     # The driver refuses cuCtxSynchronize during the capture and invalidates it (as on an H200).
     assert ended == (2, 901)  # CU_STREAM_CAPTURE_STATUS_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
     if isinstance(cuguard_driver, SimulatedDriver):
         assert not _freed(cuguard_driver, handle)  # leaked on purpose (W5), reported above
-    stream.close()
 
 
 @pytest.mark.contract("O6")

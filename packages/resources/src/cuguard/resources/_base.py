@@ -161,12 +161,14 @@ class Resource(Unique):
         Collection: the switch reports instead of raising (C3); a failed switch
         leaks the object and says which one (W1, W2). For memory
         (``_capture_unsafe_release``) the step runs with the thread in relaxed
-        capture mode (:func:`_unprohibited`).
+        capture mode either way (:func:`_unprohibited`): a free never fails
+        because of, nor invalidates, a capture in progress (G6).
         """
         if raising:
 
             def release(handle: Any) -> tuple[Any, str]:
-                status, call = step(handle)
+                # Memory's free runs relaxed too: an explicit close never breaks a capture (G6).
+                status, call = _unprohibited(step, handle) if self._capture_unsafe_release else step(handle)
                 if status:
                     self._release_failed(status, call)
                 return status, call
@@ -272,6 +274,8 @@ class Resource(Unique):
 
     def _collect(self) -> None:
         """Release a collected resource; failures become ``CUDAWarning`` (W1)."""
+        if _captures._waiting:
+            _captures.release_waiting()  # releases that waited for a capture now over (G6)
         if self._closed:
             return
         context = self._context

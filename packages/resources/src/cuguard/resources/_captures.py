@@ -35,6 +35,7 @@ garbage collection inside never deadlocks on it.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from cuguard.errors import deferring_lock, driver, on_driver_change
@@ -51,6 +52,7 @@ __all__ = [
     "capture_left",
     "captured_into",
     "context_capturing",
+    "may_capture",
     "release_waiting",
     "retain_captured",
     "stream_capturing",
@@ -70,8 +72,28 @@ _tables: dict[int, dict[int, object]] = {}
 _waiting: list[Resource] = []
 
 
+# Streams someone else may capture (``Stream._may_capture``), by driver context: before a release that needs
+# cuCtxSynchronize, they are asked whether they capture (a capture cuguard did not begin, G6).
+_watched: dict[tuple[int, int], weakref.WeakSet[Stream]] = {}
+
+
 def _key(context: Context) -> tuple[int, int]:
     return (id(context._driver), context._int)
+
+
+def may_capture(stream: Stream) -> None:
+    """Mark ``stream`` as one a capture cuguard does not see may run on (its handle was handed out...).
+
+    Its stream-ordered allocations and frees then ask the driver whether it
+    captures, and so do releases of its context that need ``cuCtxSynchronize``.
+    """
+    stream._may_capture = True
+    key = _key(stream._context)
+    with _lock:
+        watched = _watched.get(key)
+        if watched is None:
+            watched = _watched[key] = weakref.WeakSet()
+        watched.add(stream)
 
 
 def capture_began(stream: Stream, owners: dict[int, object]) -> None:
@@ -83,7 +105,8 @@ def capture_began(stream: Stream, owners: dict[int, object]) -> None:
     ``stream`` wait, and work queued on ``stream`` through cuguard adds what it
     uses to ``owners``. Never fails.
     """
-    stream._may_capture = True
+    if not stream._may_capture:
+        may_capture(stream)
     key = _key(stream._context)
     with _lock:
         _counts[key] = _counts.get(key, 0) + 1
@@ -92,7 +115,8 @@ def capture_began(stream: Stream, owners: dict[int, object]) -> None:
 
 def capture_joined(stream: Stream, owners: dict[int, object]) -> None:
     """``stream`` joined a capture (a fork): its work feeds ``owners`` too; nothing more is counted."""
-    stream._may_capture = True
+    if not stream._may_capture:
+        may_capture(stream)
     with _lock:
         _tables[int(stream._handle)] = owners
 
@@ -150,8 +174,23 @@ def used_by_capture(obj: object) -> bool:
 
 
 def context_capturing(context: Context) -> bool:
-    """Whether cuguard runs a capture in ``context``'s driver context (``cuCtxSynchronize`` would break it)."""
-    return bool(_counts) and _key(context) in _counts
+    """Whether a capture runs in ``context``'s driver context (``cuCtxSynchronize`` would be refused and break it).
+
+    True while cuguard runs one there; otherwise each stream of the context
+    that someone else may capture (:func:`may_capture`) is asked
+    (``cuStreamIsCapturing``). A capture on a stream cuguard never saw cannot
+    be found: the driver then refuses the synchronization, and the caller
+    leaks and reports (W5).
+    """
+    key = _key(context)
+    if _counts and key in _counts:
+        return True
+    watched = _watched.get(key)
+    if not watched:
+        return False
+    with _lock:
+        streams = list(watched)
+    return any(not s._closed and stream_capturing(s) for s in streams)
 
 
 def stream_capturing(stream: Stream) -> bool:
@@ -210,6 +249,7 @@ def _driver_changed(_token: Any) -> None:
     with _lock:
         _counts.clear()
         _tables.clear()
+        _watched.clear()
 
 
 on_driver_change(_driver_changed)

@@ -406,6 +406,7 @@ class Device:
             stream._device = self._ordinal
             stream._closed = False
             stream._lender = stream._borrowers = None
+            stream._may_capture = False
             return stream
         handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
         return Stream._make(handle, context, self._ordinal)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import driver, int_argument, is_integer, raise_status, wrong_kind
-from cuguard.resources import _dlpack
+from cuguard.errors import CUDAError, driver, in_driver_callback, int_argument, is_integer, raise_status, wrong_kind
+from cuguard.resources import _captures, _dlpack
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._stream import Stream, as_stream, driver_types
@@ -103,7 +103,60 @@ _close_guards: list[Callable[[Any], str | None]] = []
 
 
 def _in_use(buffer: Any) -> bool:
-    return any(guard(buffer) for guard in _close_guards)
+    """Whether a graph may still run on ``buffer``: a capture in progress uses it, or a guard says so (W5, G6)."""
+    return _captures.used_by_capture(buffer) or any(guard(buffer) for guard in _close_guards)
+
+
+# The stream an explicit close(stream) asked for, kept while that free waits for a capture to end (G6)
+# or for the release thread (O5); by id of the buffer, which the waiting queue keeps alive meanwhile.
+_free_streams: dict[int, Stream] = {}
+
+
+def _capture_wait(buffer: Any, stream: Stream | None) -> bool:
+    """Whether freeing ``buffer`` now would meet a capture: queued into one, or ``cuCtxSynchronize`` during one (G6)."""
+    if stream is None or stream._closed:
+        mr = buffer._mr
+        stream = mr._free_stream(buffer) if mr is not None else getattr(buffer, "_stream", None)
+    if stream is not None and not stream._closed:
+        return _captures.stream_capturing(stream)
+    return bool(buffer._frees_after_context_sync()) and _captures.context_capturing(buffer._context)
+
+
+def graph_let_go(objects: list[object]) -> None:
+    """A graph or capture let go of ``objects``: memory closed while in use is freed now, if nothing else uses it.
+
+    Called by the graphs layer when CUDA dropped a graph's resources or a
+    capture ended without a graph. Memory still used by another graph or
+    capture waits for that one (W5). Failures are ``CUDAWarning`` (W1).
+    """
+    for obj in objects:
+        if getattr(obj, "_release_deferred", False) and obj._closed and not _in_use(obj):  # type: ignore[attr-defined]
+            obj._release_deferred = False  # type: ignore[attr-defined]
+            obj._release_collected()  # type: ignore[attr-defined]
+
+
+def _note_captured(stream: Stream, *objects: object) -> None:
+    """Work using ``objects`` was queued on ``stream``: if a cuguard capture runs there, its graph keeps them (G6)."""
+    owners = _captures.captured_into(stream)
+    if owners is not None:
+        _captures.retain_captured(owners, objects)
+
+
+def _release_later(buffer: Any, stream: Stream | None) -> None:
+    """Close ``buffer`` for use now and free it later (G6, O5).
+
+    Later is after the capture in the way ends, or on the release thread when
+    called inside a CUDA host function. ``stream`` is the one an explicit
+    ``close(stream)`` asked for: the free is queued on it if it is still open
+    then.
+    """
+    if stream is not None:
+        _free_streams[id(buffer)] = stream
+    if in_driver_callback():
+        buffer._close_in_callback()
+    else:
+        buffer._closed = True
+        _captures.wait_for_capture(buffer)
 
 
 class Buffer(Resource):
@@ -412,27 +465,46 @@ class Buffer(Resource):
             self._release_deferred = True
             self._closed = True
             return
-        self._closed = True
         mr = self._mr
+        if mr is None:
+            free_on = stream if stream is not None else self._stream
+            if free_on is not None and not free_on._closed and not free_on._may_capture:
+                # The hot path: a stream-ordered free on a stream no capture can be running on.
+                self._closed = True
+                fp = _fp
+                try:
+                    if fp is not None:
+                        err = fp.mem_free_async(self._handle, free_on._handle)  # compiled: the status back
+                    else:
+                        (err,) = driver.cuMemFreeAsync(self._handle, free_on._handle)
+                except CUDAError:
+                    if not in_driver_callback():
+                        raise
+                    _release_later(self, stream)  # refused inside a host function: the release thread frees it (O5)
+                    return
+                if err:
+                    self._release_failed(err, "cuMemFreeAsync")
+                return
+        if in_driver_callback() or _capture_wait(self, stream):
+            _release_later(self, stream)
+            return
+        self._closed = True
         if mr is not None:  # memory of a MemoryResource: it frees its own memory its own way
             status, call = mr._release_buffer(self, stream, True)
             if status:
                 self._release_failed(status, call)
             return
-        if stream is None:
-            stream = self._stream
         if stream is not None and not stream._closed:
-            fp = _fp
-            if fp is not None:
-                err = fp.mem_free_async(self._handle, stream._handle)  # compiled: the status back, raised here
-            else:
-                (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
+            (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
             if err:
                 self._release_failed(err, "cuMemFreeAsync")
             return
         status, call = self._release(True)
         if status:
             self._release_failed(status, call)
+
+    def _capture_wait(self) -> bool:
+        return _capture_wait(self, _free_streams.get(id(self)) if _free_streams else None)
 
     def _frees_after_context_sync(self) -> bool:
         mr = self._mr
@@ -442,10 +514,13 @@ class Buffer(Resource):
         return stream is not None and stream._closed  # _sync_then_free
 
     def _release(self, raising: bool) -> tuple[Any, str]:
+        asked = _free_streams.pop(id(self), None) if _free_streams else None
+        if asked is not None and asked._closed:
+            asked = None
         mr = self._mr
         if mr is not None:
-            return mr._release_buffer(self, None, raising)  # type: ignore[no-any-return]
-        stream = self._stream
+            return mr._release_buffer(self, asked, raising)  # type: ignore[no-any-return]
+        stream = asked if asked is not None else self._stream
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
             return err, "cuMemFreeAsync"
@@ -489,6 +564,8 @@ class Buffer(Resource):
                 (err,) = driver.cuMemcpyHtoDAsync(self._handle, host, size, stream._handle)
             if err:
                 raise_status(err, "cuMemcpyHtoDAsync")
+            if _captures._tables:
+                _note_captured(stream, self, src)
             return
         if stream is not None and type(stream) is not Stream:
             stream = as_stream(stream)
@@ -526,6 +603,8 @@ class Buffer(Resource):
             call = "cuMemcpyHtoDAsync"
         if err:
             raise_status(err, call)
+        if stream is not None and _captures._tables:
+            _note_captured(stream, self, src)
 
     def copy_to(self, dst: Any, stream: Stream | None = None) -> None:
         """Copy this buffer into ``dst`` (a :class:`Buffer`, :class:`PinnedBuffer` or writable host buffer).
@@ -566,6 +645,8 @@ class Buffer(Resource):
             call = "cuMemcpyDtoHAsync"
         if err:
             raise_status(err, call)
+        if stream is not None and _captures._tables:
+            _note_captured(stream, self, dst)
 
     def fill(self, value: int, stream: Stream | None = None) -> None:
         """Set every byte to ``value`` (0..255), queued on ``stream`` or synchronously.
@@ -588,6 +669,8 @@ class Buffer(Resource):
             call = "cuMemsetD8Async"
         if err:
             raise_status(err, call)
+        if stream is not None and _captures._tables:
+            _note_captured(stream, self)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -769,13 +852,20 @@ class PinnedBuffer(Resource):
                 self._closed = True
                 return
             mr = self._mr
-            if mr is not None and stream is not None and not self._context._closed:
-                self._closed = True
-                status, call = mr._release_buffer(self, stream, True)
-                if status:
-                    self._release_failed(status, call)
-                return
+            if mr is not None and not self._context._closed:
+                if in_driver_callback() or _capture_wait(self, stream):
+                    _release_later(self, stream)
+                    return
+                if stream is not None:
+                    self._closed = True
+                    status, call = mr._release_buffer(self, stream, True)
+                    if status:
+                        self._release_failed(status, call)
+                    return
         super().close()
+
+    def _capture_wait(self) -> bool:
+        return self._mr is not None and _capture_wait(self, _free_streams.get(id(self)) if _free_streams else None)
 
     def _frees_after_context_sync(self) -> bool:
         mr = self._mr
@@ -784,7 +874,8 @@ class PinnedBuffer(Resource):
     def _release(self, raising: bool) -> tuple[Any, str]:
         mr = self._mr
         if mr is not None:
-            return mr._release_buffer(self, None, raising)  # type: ignore[no-any-return]
+            asked = _free_streams.pop(id(self), None) if _free_streams else None
+            return mr._release_buffer(self, None if asked is None or asked._closed else asked, raising)  # type: ignore[no-any-return]
         return self._release_in_context(raising, _host_free_status)
 
     def __dlpack_device__(self) -> tuple[int, int]:

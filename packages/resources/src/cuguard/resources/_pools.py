@@ -418,9 +418,12 @@ class _PoolResource(MemoryResource[Any], Resource):
         stream = buffer._stream if isinstance(buffer, Buffer) else buffer._mr_data
         return stream is None or bool(stream._closed)
 
+    def _free_stream(self, buffer: Any) -> Stream | None:
+        return buffer._stream if isinstance(buffer, Buffer) else buffer._mr_data
+
     def _free(self, buffer: Any, stream: Stream | None, raising: bool) -> tuple[Any, str]:
         if stream is None:
-            stream = buffer._stream if isinstance(buffer, Buffer) else buffer._mr_data
+            stream = self._free_stream(buffer)
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(buffer._handle, stream._handle)
             return err, "cuMemFreeAsync"

@@ -125,7 +125,9 @@ class Stream(Resource):
         self._closed = False
         self._lender = lender
         self._borrowers = None
-        self._may_capture = not owned
+        self._may_capture = False
+        if not owned:
+            _captures.may_capture(self)  # made elsewhere: someone else may capture it
         if type(lender) is Stream:
             if lender._borrowers is None:
                 lender._borrowers = []
@@ -355,7 +357,8 @@ class Stream(Resource):
         """
         if self._closed or self._context._closed:
             self._check_open()
-        self._may_capture = True
+        if not self._may_capture:
+            _captures.may_capture(self)
         return self._handle
 
     def __cuda_stream__(self) -> tuple[int, int]:
