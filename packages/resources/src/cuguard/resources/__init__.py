@@ -27,7 +27,11 @@ version); ``with dev:`` makes a device current for a block; :attr:`Device.memory
 libraries is wrapped without being owned (:meth:`Buffer.from_handle`,
 :meth:`Buffer.from_dlpack`, :meth:`Buffer.from_cuda_array_interface`), and
 cuguard memory is exported through DLPack (versioned and legacy capsules) and
-the CUDA Array Interface.
+the CUDA Array Interface. :class:`StridedMemoryView` is a typed view (shape,
+strides, dtype, device, read-only flag) of any DLPack or CUDA Array Interface
+producer or of a cuguard buffer; it exports itself with its type and passes to
+kernels as its address (:func:`args_viewable_as_strided_memory` hands a
+function's arguments over as views).
 
 Every parameter that takes a cuguard object is checked before the driver sees
 it: another kind of object, ``None`` or a number raises ``TypeError`` naming the
@@ -79,6 +83,8 @@ from cuguard.resources._properties import DeviceProperties as DeviceProperties
 from cuguard.resources._stream import Event as Event
 from cuguard.resources._stream import Stream as Stream
 from cuguard.resources._stream import as_stream as as_stream
+from cuguard.resources._view import StridedMemoryView as StridedMemoryView
+from cuguard.resources._view import args_viewable_as_strided_memory as args_viewable_as_strided_memory
 from cuguard.resources._vmm import VirtualMemoryResource as VirtualMemoryResource
 from cuguard.resources._vmm import VirtualMemoryResourceOptions as VirtualMemoryResourceOptions
 
@@ -116,8 +122,10 @@ __all__ = [
     "ProgramOptions",
     "Resource",
     "Stream",
+    "StridedMemoryView",
     "VirtualMemoryResource",
     "VirtualMemoryResourceOptions",
+    "args_viewable_as_strided_memory",
     "as_stream",
     "describe_launch",
     "launch",

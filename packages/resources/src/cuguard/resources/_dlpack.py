@@ -19,9 +19,18 @@ export, a ``close()`` of exported memory, :func:`live_exports`, and after each
 garbage collection), lets go of the capsules nobody else holds: one that was
 never consumed ends its export there; a consumed one waits for its deleter.
 
-Import. :func:`import_capsule` consumes a capsule of another library (any
-DLPack producer) and returns what a Buffer needs; the producer's deleter is
-called when the returned keeper is collected.
+Typed export. :func:`export` also describes memory with a shape, strides
+(in elements) and an element type, for
+:class:`~cuguard.resources.StridedMemoryView`; the tensor's shape and strides
+arrays live as long as the export.
+
+Import. :func:`read_capsule` reads a capsule of another library (any DLPack
+producer) into a :class:`TensorInfo` (address, device, shape, strides, element
+type, read-only flag) and, once the caller accepted what it read, consumes it;
+:func:`import_capsule` is that for a Buffer (C-contiguous tensors only). The
+producer's deleter is called when the returned keeper is collected.
+:func:`read_cuda_array_interface` is the one reader of
+``__cuda_array_interface__`` dictionaries.
 
 Foreign owners. What keeps memory made elsewhere alive (the consumed tensor and
 its producer, a ``__cuda_array_interface__`` exporter, the owner given to
@@ -36,16 +45,34 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cuguard.errors import defer, deferring_lock, in_driver_callback
 
-__all__ = ["KDL_CUDA", "KDL_CUDA_HOST", "Lent", "export", "import_capsule", "live_exports"]
+__all__ = [
+    "KDL_CPU",
+    "KDL_CUDA",
+    "KDL_CUDA_HOST",
+    "KDL_CUDA_MANAGED",
+    "ArrayInterface",
+    "Lent",
+    "TensorInfo",
+    "c_contiguous",
+    "export",
+    "import_capsule",
+    "live_exports",
+    "read_capsule",
+    "read_cuda_array_interface",
+]
 
 KDL_CPU = 1
 KDL_CUDA = 2
 KDL_CUDA_HOST = 3
+KDL_CUDA_MANAGED = 13
 _KDL_UINT = 1
 _NAME = b"dltensor"
 _NAME_VERSIONED = b"dltensor_versioned"
@@ -194,15 +221,37 @@ def exported(owner: Any) -> bool:
     return id(owner) in _owners
 
 
-def export(owner: Any, ptr: int, size: int, device_type: int, device_id: int, *, versioned: bool) -> Any:
-    """A capsule over ``size`` bytes at ``ptr`` (1-D ``uint8``), keeping ``owner`` alive while live."""
+def export(
+    owner: Any,
+    ptr: int,
+    size: int,
+    device_type: int,
+    device_id: int,
+    *,
+    versioned: bool,
+    shape: tuple[int, ...] | None = None,
+    strides: tuple[int, ...] | None = None,
+    dtype: tuple[int, int, int] = (_KDL_UINT, 8, 1),
+    readonly: bool = False,
+    keep: object = None,
+) -> Any:
+    """A capsule over the memory at ``ptr``, keeping ``owner`` (and ``keep``) alive while live.
+
+    Without ``shape``: ``size`` bytes as a 1-D ``uint8`` tensor. With it: that
+    shape, ``strides`` in elements (``None``: C-contiguous), ``dtype`` as
+    DLPack's ``(code, bits, lanes)`` and the read-only flag (versioned capsules
+    carry it; legacy ones cannot). ``owner`` is what :func:`exported` answers
+    for (the memory whose ``close()`` must refuse while the export is live).
+    """
     collect()
-    shape = (ctypes.c_int64 * 1)(size)
+    dims = (size,) if shape is None else shape
+    shape_array = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+    strides_array = None if strides is None else (ctypes.c_int64 * max(len(strides), 1))(*strides)
     managed: Any
     if versioned:
         managed = _DLManagedTensorVersioned()
         managed.version = _DLPackVersion(1, 0)
-        managed.flags = 0
+        managed.flags = _FLAG_READ_ONLY if readonly else 0
         name = _NAME_VERSIONED
     else:
         managed = _DLManagedTensor()
@@ -210,17 +259,20 @@ def export(owner: Any, ptr: int, size: int, device_type: int, device_id: int, *,
     tensor = managed.dl_tensor
     tensor.data = ptr
     tensor.device = _DLDevice(device_type, device_id)
-    tensor.ndim = 1
-    tensor.dtype = _DLDataType(_KDL_UINT, 8, 1)
-    tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-    tensor.strides = ctypes.POINTER(ctypes.c_int64)()
+    tensor.ndim = len(dims)
+    tensor.dtype = _DLDataType(*dtype)
+    tensor.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
+    if strides_array is None:
+        tensor.strides = ctypes.POINTER(ctypes.c_int64)()
+    else:
+        tensor.strides = ctypes.cast(strides_array, ctypes.POINTER(ctypes.c_int64))
     tensor.byte_offset = 0
     managed.manager_ctx = None
     managed.deleter = _DELETER
     address = ctypes.addressof(managed)
     capsule = _capsule_new(address, name, None)
     with _lock:
-        _exports[address] = (managed, shape, owner)
+        _exports[address] = (managed, shape_array, strides_array, keep, owner)
         _capsules[address] = capsule
         _owners[id(owner)] = _owners.get(id(owner), 0) + 1
     return capsule
@@ -303,19 +355,75 @@ class Lent:
             defer(_let_go, held)  # the queue holds the last reference now; the release thread drops it
 
 
-def import_capsule(capsule: Any) -> tuple[int, int, int, int, Imported]:
-    """Consume a producer's capsule: ``(address, nbytes, device_type, device_id, keeper)``.
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """What a DLPack tensor says of its memory (see :func:`read_capsule`).
 
-    The tensor must be C-contiguous with whole-byte elements; anything else
-    raises ``BufferError`` and leaves the capsule unconsumed (its producer
-    deletes it). A capsule of another kind raises ``TypeError``.
+    ``address`` includes the tensor's byte offset; ``strides`` are in elements
+    (``None`` when the producer gave none: C-contiguous); ``dtype`` is DLPack's
+    ``(code, bits, lanes)``; ``readonly`` is the versioned capsule's read-only
+    flag (legacy capsules have none).
+    """
+
+    address: int
+    device_type: int
+    device_id: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    dtype: tuple[int, int, int]
+    readonly: bool
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element (whole bytes: :func:`read_capsule` refuses others)."""
+        _code, bits, lanes = self.dtype
+        return bits // 8 * lanes
+
+    @property
+    def count(self) -> int:
+        """The number of elements."""
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
+def c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, unit: int = 1) -> bool:
+    """Whether ``strides`` (in multiples of ``unit``; ``None``: C-contiguous) lay ``shape`` out densely in C order."""
+    if strides is None:
+        return True
+    if len(strides) != len(shape):
+        return False
+    count = 1
+    for dim in shape:
+        count *= dim
+    if not count:
+        return True
+    expected = unit
+    for dim, step in zip(reversed(shape), reversed(strides), strict=True):
+        if dim != 1 and step != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def read_capsule(capsule: Any, accept: Callable[[TensorInfo], None] | None = None) -> tuple[TensorInfo, Imported]:
+    """Read a producer's capsule and consume it: ``(what it describes, keeper)``.
+
+    ``accept`` is called with what was read before the capsule is consumed:
+    whatever it raises leaves the capsule unconsumed (its producer deletes
+    it). A capsule of another kind raises ``TypeError``; one consumed already,
+    of an unknown DLPack major version, with a negative dimension, or whose
+    elements are not whole bytes raises ``BufferError`` (unconsumed too).
     """
     if type(capsule).__name__ != "PyCapsule":
         raise TypeError(f"__dlpack__() must return a DLPack capsule, not {type(capsule).__name__}")
+    readonly = False
     if _capsule_is_valid(capsule, _NAME_VERSIONED):
         managed: Any = _DLManagedTensorVersioned.from_address(_capsule_get_pointer(capsule, _NAME_VERSIONED))
         if managed.version.major != 1:
             raise BufferError(f"unsupported DLPack version {managed.version.major}.{managed.version.minor}")
+        readonly = bool(managed.flags & _FLAG_READ_ONLY)
         used = _USED_VERSIONED
     elif _capsule_is_valid(capsule, _NAME):
         managed = _DLManagedTensor.from_address(_capsule_get_pointer(capsule, _NAME))
@@ -324,24 +432,112 @@ def import_capsule(capsule: Any) -> tuple[int, int, int, int, Imported]:
         raise BufferError("the DLPack capsule was consumed already or is not a DLPack tensor")
     tensor = managed.dl_tensor
     dtype = tensor.dtype
-    if dtype.bits % 8 or dtype.lanes < 1:
+    if dtype.bits % 8 or dtype.lanes < 1 or not dtype.bits:
         raise BufferError(f"DLPack elements of {dtype.bits} bits x {dtype.lanes} lanes are not whole bytes")
-    itemsize = dtype.bits // 8 * dtype.lanes
-    count = 1
-    dims = [int(tensor.shape[i]) for i in range(tensor.ndim)]
-    for dim in dims:
-        count *= dim
-    if tensor.strides and count:
-        expected = 1
-        for i in reversed(range(tensor.ndim)):
-            if dims[i] != 1 and int(tensor.strides[i]) != expected:
-                raise BufferError("only C-contiguous DLPack tensors can be imported as a Buffer")
-            expected *= dims[i]
-    address = int(tensor.data or 0) + int(tensor.byte_offset)
+    ndim = int(tensor.ndim)
+    if ndim < 0:
+        raise BufferError(f"a DLPack tensor of {ndim} dimensions")
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    if any(dim < 0 for dim in shape):
+        raise BufferError(f"a DLPack tensor of shape {shape}")
+    strides = tuple(int(tensor.strides[i]) for i in range(ndim)) if tensor.strides and ndim else None
+    info = TensorInfo(
+        address=int(tensor.data or 0) + int(tensor.byte_offset),
+        device_type=int(tensor.device.device_type),
+        device_id=int(tensor.device.device_id),
+        shape=shape,
+        strides=strides,
+        dtype=(int(dtype.code), int(dtype.bits), int(dtype.lanes)),
+        readonly=readonly,
+    )
+    if accept is not None:
+        accept(info)
     deleter = ctypes.cast(managed.deleter, ctypes.c_void_p).value
-    device = (int(tensor.device.device_type), int(tensor.device.device_id))
     keeper = Imported(ctypes.addressof(managed), deleter)
     if _capsule_set_name(capsule, used):
         keeper._deleter = None
         raise BufferError("the DLPack capsule could not be marked consumed")
-    return address, count * itemsize, device[0], device[1], keeper
+    return info, keeper
+
+
+def _whole_buffer(info: TensorInfo) -> None:
+    if not c_contiguous(info.shape, info.strides):
+        raise BufferError("only C-contiguous DLPack tensors can be imported as a Buffer")
+
+
+def import_capsule(capsule: Any) -> tuple[int, int, int, int, Imported]:
+    """Consume a producer's capsule: ``(address, nbytes, device_type, device_id, keeper)``.
+
+    The tensor must be C-contiguous with whole-byte elements; anything else
+    raises ``BufferError`` and leaves the capsule unconsumed (its producer
+    deletes it). A capsule of another kind raises ``TypeError``.
+    """
+    info, keeper = read_capsule(capsule, _whole_buffer)
+    return info.address, info.count * info.itemsize, info.device_type, info.device_id, keeper
+
+
+# --- the CUDA Array Interface ---------------------------------------------------------------
+
+_TYPESTR = re.compile(r"[<>|=][a-zA-Z]([1-9][0-9]*)\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayInterface:
+    """What a ``__cuda_array_interface__`` says (see :func:`read_cuda_array_interface`).
+
+    ``strides`` are in bytes (``None``: C-contiguous); ``stream`` is the
+    producer's stream handle, or ``None`` when it names none.
+    """
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    typestr: str
+    itemsize: int
+    readonly: bool
+    stream: int | None
+
+    @property
+    def count(self) -> int:
+        """The number of elements."""
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
+def read_cuda_array_interface(obj: Any, what: str) -> ArrayInterface:
+    """Read ``obj.__cuda_array_interface__``; ``what`` names the import in messages (``"a Buffer"``).
+
+    Raises ``AttributeError`` when ``obj`` has no interface (the caller turns
+    it into its ``TypeError``), and ``BufferError`` for one that is not a dict,
+    has a mask, or is malformed (a missing key, a typestr without an item
+    size, a negative address or dimension, strides of another length).
+    """
+    interface = obj.__cuda_array_interface__
+    name = type(obj).__name__
+    if not isinstance(interface, dict):
+        raise BufferError(f"__cuda_array_interface__ of {name} is not a dict")
+    if interface.get("mask") is not None:
+        raise BufferError(f"masked arrays cannot be imported as {what}")
+    try:
+        shape = tuple(int(n) for n in interface["shape"])
+        typestr = str(interface["typestr"])
+        match = _TYPESTR.match(typestr)
+        if match is None:
+            raise ValueError(f"typestr {typestr!r}")
+        itemsize = int(match.group(1))
+        data = interface["data"]
+        ptr = int(data[0])
+        readonly = bool(data[1]) if len(data) > 1 else False
+        given = interface.get("strides")
+        strides = None if given is None else tuple(int(step) for step in given)
+        if strides is not None and len(strides) != len(shape):
+            raise ValueError(f"{len(strides)} strides for {len(shape)} dimensions")
+        producer = interface.get("stream")
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise BufferError(f"malformed __cuda_array_interface__ of {name}: {exc}") from None
+    if ptr < 0 or any(n < 0 for n in shape):
+        raise BufferError(f"malformed __cuda_array_interface__ of {name}: negative address or size")
+    stream = producer if isinstance(producer, int) and not isinstance(producer, bool) and producer else None
+    return ArrayInterface(ptr, shape, strides, typestr, itemsize, readonly, stream)

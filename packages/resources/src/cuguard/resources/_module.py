@@ -34,6 +34,7 @@ from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._objectcode import LOADABLE, ObjectCode
 from cuguard.resources._params import KernelParameter, Signature, parse_ptx_signatures, query_signature
 from cuguard.resources._stream import Stream, as_stream
+from cuguard.resources._view import StridedMemoryView
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "launch"]
 
@@ -209,7 +210,8 @@ class Kernel(Unique):
 
         ``keep`` must stay referenced until the driver call that reads
         ``kernelParams`` returns. With a parameter list: exactly one argument
-        per parameter; a :class:`Buffer` or :class:`PinnedBuffer` (its address)
+        per parameter; a :class:`Buffer`, :class:`PinnedBuffer` or device-accessible
+        :class:`StridedMemoryView` (its address)
         or an int for an integer parameter, in its signed or unsigned range; a float or an int for a float
         parameter (a Python float becomes a 32- or 64-bit float by the
         parameter's size); ``bytes`` or a ctypes object of exactly the size for
@@ -379,6 +381,7 @@ def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
 
     The rule for a kernel whose parameter list is unknown (see
     :attr:`Kernel.parameters`). Buffers pass their device address; pinned buffers their host address;
+    a :class:`StridedMemoryView` its :attr:`~StridedMemoryView.ptr` (one of host memory raises ``TypeError``);
     Python ints are 64-bit (a little-endian 32-bit parameter reads the low
     half, so both widths work); Python floats are 32-bit floats (use
     ``numpy.float64`` for ``double``); NumPy scalars keep their exact type.
@@ -393,6 +396,11 @@ def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
             types.append(ctype)
         elif isinstance(arg, Buffer | PinnedBuffer):
             values.append(int(arg.handle))
+            types.append(ctypes.c_void_p)
+        elif isinstance(arg, StridedMemoryView):
+            if not arg.is_device_accessible:
+                raise TypeError(f"cannot pass {arg!r} to a kernel: no kernel can read host memory")
+            values.append(arg.ptr)
             types.append(ctypes.c_void_p)
         elif isinstance(arg, bool):
             values.append(arg)
@@ -512,6 +520,8 @@ def _describe_arg(arg: Any) -> str:
         return f"Buffer {format_handle(arg._handle)} of {arg._size} bytes"
     if isinstance(arg, PinnedBuffer):
         return f"PinnedBuffer {format_handle(arg._handle)} of {arg._size} bytes"
+    if isinstance(arg, StridedMemoryView):
+        return f"StridedMemoryView 0x{arg._ptr:x} of shape {arg.shape}"
     text = repr(arg)
     return text if len(text) <= 24 else text[:21] + "..."
 

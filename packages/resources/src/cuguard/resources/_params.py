@@ -17,6 +17,7 @@ from typing import Any
 
 from cuguard.errors import CUDAError, driver
 from cuguard.resources._memory import Buffer, PinnedBuffer
+from cuguard.resources._view import StridedMemoryView
 
 __all__ = ["KernelParameter", "Signature", "parse_ptx_signatures", "query_signature"]
 
@@ -229,6 +230,11 @@ class Signature:
                         values = None
                         break
                     values.append(int(arg.handle))  # type: ignore[union-attr]
+                elif type(arg) is StridedMemoryView:
+                    if not takes_memory or not arg.is_device_accessible:  # the careful path says why not
+                        values = None
+                        break
+                    values.append(arg.ptr)  # type: ignore[union-attr]
                 else:
                     values.append(arg)  # type: ignore[union-attr]
             if values is not None and all(type(v) is int or type(v) is float for v in values):
@@ -251,6 +257,12 @@ def _encode(sig: Signature, param: KernelParameter, arg: Any) -> bytes:
         if size != _POINTER or kind in ("float", "bytes"):
             raise _misfit(sig, param, arg, "memory passes its address, which needs a 64-bit integer parameter")
         return int(arg.handle).to_bytes(_POINTER, "little")
+    if isinstance(arg, StridedMemoryView):
+        if size != _POINTER or kind in ("float", "bytes"):
+            raise _misfit(sig, param, arg, "a view passes its address, which needs a 64-bit integer parameter")
+        if not arg.is_device_accessible:
+            raise _misfit(sig, param, arg, "a view of host memory that no kernel can read")
+        return arg.ptr.to_bytes(_POINTER, "little")
     if kind == "bytes":
         data = _raw_bytes(arg)
         if data is None or len(data) != size:
@@ -261,7 +273,7 @@ def _encode(sig: Signature, param: KernelParameter, arg: Any) -> bytes:
         data = _raw_bytes(arg)
         if data is not None and len(data) == size:
             return data  # the exact bytes of the parameter, as given
-        raise _misfit(sig, param, arg, "not a number, a Buffer or bytes of the parameter's size")
+        raise _misfit(sig, param, arg, "not a number, a Buffer, a StridedMemoryView or bytes of the parameter's size")
     if isinstance(number, float) or kind == "float":
         if kind not in ("float", "sized") or size not in _FLOAT_FORMAT:
             raise _misfit(sig, param, arg, "a float where an integer or a pointer is declared")
