@@ -280,3 +280,45 @@ def test_a_builder_collected_on_another_thread_ends_its_capture_quietly(
     assert not err
     assert int(status) == 0  # the stream captures no more
     stream.sync()
+
+
+@pytest.mark.contract("E3")
+def test_builder_launch_checks_argument_kinds_before_its_state(dev: Device, stream: Stream, module: Module) -> None:
+    builder = GraphBuilder(stream)  # not building: the kinds are still checked first
+    with pytest.raises(TypeError, match="config"):
+        builder.launch(module, module.get_kernel("fill_u32"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="kernel"):
+        builder.launch(LaunchConfig(grid=1, block=1), module)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="no capture"):
+        builder.launch(LaunchConfig(grid=1, block=1), module.get_kernel("fill_u32"), 0, np.uint32(0), 0)
+    builder.close()
+
+
+@pytest.mark.contract("G6")
+@pytest.mark.parametrize("kind", ["device", "pinned"])
+def test_an_explicit_close_of_memory_never_breaks_another_threads_global_capture(
+    cuguard_driver: Any, dev: Device, stream: Stream, kind: str
+) -> None:
+    obj: Any = dev.allocate(64) if kind == "device" else dev.allocate_pinned(64)  # freed synchronously
+    handle = int(obj._handle)
+    begun, closed = threading.Event(), threading.Event()
+    result: list[str] = []
+
+    def capture() -> None:
+        builder = GraphBuilder(stream, mode="global").begin_building()
+        begun.set()
+        closed.wait(10)
+        result.append(builder.status)
+        builder.end_building()
+        builder.close()
+
+    worker = threading.Thread(target=capture)
+    worker.start()
+    assert begun.wait(10)
+    try:
+        obj.close()  # cuMemFree / cuMemFreeHost, which a global capture prohibits: made relaxed
+    finally:
+        closed.set()
+        worker.join(10)
+    assert result == ["active"]
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)

@@ -651,9 +651,11 @@ class GraphBuilder(_Collected):
         Raises as :func:`~cuguard.resources.launch` does (nothing is captured
         then) and ``RuntimeError`` when not building.
         """
-        self._check_capturing("launch")
+        if not isinstance(config, LaunchConfig):
+            raise wrong_kind("config", "a LaunchConfig", config)
         if not isinstance(kernel, Kernel):
             raise wrong_kind("kernel", "a Kernel", kernel)
+        self._check_capturing("launch")
         launch(self._stream, config, kernel, *args)
         owners: list[object] = [kernel, kernel.module]
         owners.extend(arg for arg in args if isinstance(arg, Buffer | PinnedBuffer))

@@ -204,8 +204,8 @@ def stream_capturing(stream: Stream) -> bool:
     """
     if _tables and int(stream._handle) in _tables:
         return True
-    if not stream._may_capture:
-        return False
+    if not stream._may_capture or stream._context._closed:
+        return False  # a stream of a driver no longer installed (or a destroyed context) is never asked (O3, S2)
     err, status = driver.cuStreamIsCapturing(stream._handle)
     return not err and int(status) != _CAPTURE_NONE
 

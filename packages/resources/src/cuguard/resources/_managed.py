@@ -14,7 +14,7 @@ from typing import Any
 
 from cuguard.context import call_in
 from cuguard.errors import INT_LIMIT, driver, int_argument, is_integer, raise_status, wrong_kind
-from cuguard.resources import _compat
+from cuguard.resources import _captures, _compat
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
 from cuguard.resources._memres import MemoryResource, check_device, stream_argument
 from cuguard.resources._stream import Stream, as_stream, driver_types
@@ -176,6 +176,10 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         err = _compat.mem_prefetch_async(buf.handle, buf._size, loc, stream.handle)
         if err:
             raise_status(err, _compat.PREFETCH_CALL)
+        if _captures._tables:
+            owners = _captures.captured_into(stream)
+            if owners is not None:  # captured: the graph keeps the buffer (G6, W5)
+                _captures.retain_captured(owners, (buf,))
 
     def advise(self, buffer: Buffer, advice: str, location: Any = None) -> None:
         """Tell the driver how ``buffer``'s memory will be used (``cuMemAdvise``).
