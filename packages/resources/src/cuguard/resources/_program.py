@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from cuguard.errors import (
     INT_LIMIT,
@@ -40,17 +40,18 @@ _CXX_TARGETS = ("ptx", "cubin", "ltoir")
 _LINK_TARGETS = ("cubin", "ptx", "ltoir")
 
 _StrList = str | Sequence[str] | None
+_O = TypeVar("_O")
 _Macro = str | tuple[str, str]
 
 
-def _options_from_mapping(cls: type[Any], options: Mapping[Any, Any], what: str) -> Any:
+def _options_from_mapping(cls: type[_O], options: Mapping[Any, Any], what: str) -> _O:
     """``cls(**options)`` as cuda.core does for a dict of options, with each key checked first.
 
     A key that is not a field of ``cls`` raises ``TypeError`` naming it (and
     ``what``, the parameter); the values are checked by ``cls`` itself
     (``TypeError``/``ValueError``). Nothing reaches NVRTC or nvJitLink.
     """
-    known = {f.name for f in fields(cls)}
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]  # ProgramOptions and LinkerOptions: dataclasses
     for key in options:
         if not isinstance(key, str):
             raise TypeError(f"{what}: option names must be str, not {type(key).__name__} ({key!r})")
@@ -258,21 +259,22 @@ class Program:
             raise wrong_kind("code", "a str or bytes", code)
         if not isinstance(code_type, str) or code_type.lower() not in _CODE_TYPES:
             raise ValueError(f"code_type must be one of {_CODE_TYPES}, not {code_type!r}")
+        chosen: ProgramOptions
         if options is None:
-            options = ProgramOptions()
+            chosen = ProgramOptions()
         elif isinstance(options, ProgramOptions):
-            pass
+            chosen = options
         elif isinstance(options, Mapping):
-            options = _options_from_mapping(ProgramOptions, options, "options")
+            chosen = _options_from_mapping(ProgramOptions, options, "options")
         elif isinstance(options, Sequence) and not isinstance(options, str | bytes):
-            options = ProgramOptions(extra=tuple(_strings(list(options), "options")))
+            chosen = ProgramOptions(extra=tuple(_strings(list(options), "options")))
         else:
             expected = "a ProgramOptions, a dict of its fields or a sequence of option strings"
             raise wrong_kind("options", expected, options)
         self._code = code.encode() if isinstance(code, str) else bytes(code)
         self._code_type = code_type.lower()
-        self._options = options
-        self._flags = tuple(options.as_options())
+        self._options = chosen
+        self._flags = tuple(chosen.as_options())
 
     @property
     def code(self) -> bytes:
