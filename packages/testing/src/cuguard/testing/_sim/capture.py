@@ -282,7 +282,16 @@ class SimCapture(SimGraphs):
         spec: Any = CapturedWork(call, run, refs, host)
         if kind == T.CU_GRAPH_NODE_TYPE_KERNEL and kernel is not None:
             fn, args, launch = kernel
-            spec = KernelSpec(fn, launch["grid"], launch["block"], launch["shared"], args, None)
+            spec = KernelSpec(
+                fn,
+                launch["grid"],
+                launch["block"],
+                launch["shared"],
+                args,
+                None,
+                launch.get("cluster"),
+                bool(launch.get("cooperative", False)),
+            )
         self._capture_node(cap, st, kind, spec)
         return self._op_seq
 

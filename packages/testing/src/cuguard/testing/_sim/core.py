@@ -37,7 +37,14 @@ from cuguard.testing._sim.facts import (
     context_flags_valid,
     event_flags_valid,
 )
-from cuguard.testing._sim.standins import DevicePointer, KernelLaunch, MissingStandInError, stand_in_for
+from cuguard.testing._sim.standins import (
+    DevicePointer,
+    KernelLaunch,
+    MissingStandInError,
+    kernel_names,
+    learn_lowered_names,
+    stand_in_for,
+)
 from cuguard.testing._sim.state import Alloc, Ctx, Event, Function, Module, Op, Stream
 from cuguard.testing._sim.worker import Worker
 
@@ -365,7 +372,10 @@ def param_layout(types: tuple[Any, ...]) -> list[tuple[int, int]]:
 
 
 def parse_elf_functions(image: bytes) -> dict[str, tuple[Any, ...] | None]:
-    """Names of the global function symbols of an ELF64 image (a cubin).
+    """Names of the global and weak function symbols of an ELF64 image (a cubin).
+
+    NVRTC gives a template's instantiations (``saxpy<float>``) weak binding and
+    ``extern "C"`` kernels global binding; the driver finds both by name.
 
     Raises ``ValueError`` when the image is not a readable ELF64 file (the real
     driver answers ``CUDA_ERROR_INVALID_IMAGE`` for such bytes).
@@ -384,7 +394,7 @@ def parse_elf_functions(image: bytes) -> dict[str, tuple[Any, ...] | None]:
             str_off = strtab[4]
             for i in range(sec[5] // 24):
                 st_name, st_info, _other, _shndx, _value, _size = struct.unpack_from("<IBBHQQ", image, sec[4] + i * 24)
-                if st_info & 0xF == 2 and st_info >> 4 == 1:  # STT_FUNC, STB_GLOBAL
+                if st_info & 0xF == 2 and st_info >> 4 in (1, 2):  # STT_FUNC; STB_GLOBAL or STB_WEAK
                     end = image.index(b"\0", str_off + st_name)
                     out[image[str_off + st_name : end].decode(errors="replace")] = None
         names = sections[struct.unpack_from("<H", image, 0x3E)[0]][4]
@@ -647,7 +657,7 @@ class SimCore:
             self._regate()
 
     def _stand_in_raised(self, kernel: str, exc: BaseException) -> None:
-        """A kernel emulation of ``kernel`` raised ``exc``: a launch failure that names both (see :meth:`sticky_cause`)."""
+        """A kernel emulation of ``kernel`` raised ``exc``: a launch failure naming both (see :meth:`sticky_cause`)."""
         with self._lock:
             first = self._poison is None and self._pending_fault is None
             self.fault_later(R.CUDA_ERROR_LAUNCH_FAILED)
@@ -682,11 +692,34 @@ class SimCore:
         and writes device memory with :meth:`read`/:meth:`write`; it faults
         the driver (sticky) by returning a non-zero status, calling
         :meth:`fault` or raising; an exception other than a fault also
-        lands in :attr:`kernel_errors`.
+        lands in :attr:`kernel_errors`. ``name`` may also be a C++ name
+        expression (``"saxpy<float>"``): it is found once the kernel's lowered
+        name is known (see :meth:`learn_lowered_names`).
         """
         types = None if argtypes is None else tuple(argtypes)
         with self._lock:
             self._kernels[name] = (fn, types)
+
+    def learn_lowered_names(self, mapping: Any) -> None:
+        """Learn that each C++ name expression of ``mapping`` lowers to its value (a kernel's entry name).
+
+        cuguard's resources layer calls this when it loads a module from an
+        ``ObjectCode`` with a ``symbol_mapping``; afterwards a stand-in (or a
+        :meth:`register_kernel` emulation) registered under the name
+        expression runs for the kernel of the lowered name, and the other way
+        round. Process-wide, as stand-ins are (every simulated driver learns
+        it). ``TypeError`` (and nothing learned) for a mapping that is not one
+        of non-empty str to non-empty str.
+        """
+        learn_lowered_names(mapping)
+
+    def _registered(self, name: str) -> tuple[Callable[..., Any], tuple[Any, ...] | None] | None:
+        """This driver's own emulation of the kernel ``name``, under that name or another name of it."""
+        for known in kernel_names(name):
+            found = self._kernels.get(known)
+            if found is not None:
+                return found
+        return None
 
     def register_image(self, image: bytes, entries: Any) -> None:
         """Declare the kernels of a binary image (ELF/cubin or fatbin) for ``cuModuleLoadData``.
@@ -1848,7 +1881,7 @@ class SimCore:
             if len(kernelParams) == 2 and isinstance(kernelParams[0], (tuple, list)):
                 values, types = kernelParams
                 declared = fn.module.entries.get(fn.name)
-                if declared is not None and fn.name not in self._kernels:
+                if declared is not None and self._registered(fn.name) is None:
                     # What the kernel reads: each argument's bytes, as its parameter's type.
                     return self._reinterpret(fn, values, types, declared)
                 return tuple(_plain(v, t) for v, t in zip(values, types, strict=False))
@@ -1856,7 +1889,7 @@ class SimCore:
         addr = int(kernelParams)
         if addr == 0:
             return ()
-        registered = self._kernels.get(fn.name)
+        registered = self._registered(fn.name)
         types = registered[1] if registered is not None else None
         if types is None:
             types = fn.module.entries.get(fn.name)
@@ -1921,9 +1954,9 @@ class SimCore:
 
     def _require_stand_in(self, fn: Function) -> None:
         """Raise :class:`MissingStandInError` unless something can run in place of ``fn``."""
-        if fn.name in self._kernels or fn.name in fn.module.trivial or stand_in_for(fn.name) is not None:
+        if self._registered(fn.name) is not None or fn.name in fn.module.trivial or stand_in_for(fn.name) is not None:
             return
-        raise MissingStandInError(fn.name)
+        raise MissingStandInError(fn.name, kernel_names(fn.name)[1:])
 
     def _arg_refs(self, args: tuple[Any, ...], call: str, name: str) -> frozenset[int]:
         refs: set[int] = set()
@@ -1940,14 +1973,22 @@ class SimCore:
         def run() -> None:
             if self._poison is not None or self._pending_fault is not None:
                 return
-            registered = self._kernels.get(fn.name)
+            registered = self._registered(fn.name)
             if registered is not None:
                 call: Callable[[], Any] = lambda: registered[0](self, *args)  # noqa: E731
             else:
                 user = stand_in_for(fn.name)
                 if user is None:
                     return  # a kernel that does nothing (checked at the launch)
-                info = KernelLaunch(fn.name, launch["grid"], launch["block"], launch["shared"], self)
+                info = KernelLaunch(
+                    fn.name,
+                    launch["grid"],
+                    launch["block"],
+                    launch["shared"],
+                    self,
+                    launch.get("cluster") or (1, 1, 1),
+                    bool(launch.get("cooperative", False)),
+                )
                 call = lambda: user(info, *self._stand_in_args(fn, args))  # noqa: E731
             self._tls.in_kernel = True
             self.current_launch = launch

@@ -52,6 +52,9 @@ class KernelSpec:
     shared: int
     args: tuple[Any, ...]
     params: Any
+    # A captured cuLaunchKernelEx's cluster dimensions and cooperative flag (its node's launch attributes).
+    cluster: tuple[int, int, int] | None = None
+    cooperative: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -487,7 +490,10 @@ class SimGraphs(SimCore):
         node = self._node(hNode, "cuGraphKernelNodeSetParams")
         if node.type != T.CU_GRAPH_NODE_TYPE_KERNEL:
             raise Status(INVALID_VALUE)
-        node.spec = self._kernel_spec(nodeParams, "cuGraphKernelNodeSetParams")
+        spec = self._kernel_spec(nodeParams, "cuGraphKernelNodeSetParams")
+        # Launch attributes are the node's, not its parameters': new parameters keep them (assumed).
+        spec.cluster, spec.cooperative = node.spec.cluster, node.spec.cooperative
+        node.spec = spec
         return OK
 
     @api(1)
@@ -1045,6 +1051,8 @@ class SimGraphs(SimCore):
                 "block": spec.block,
                 "shared": spec.shared,
                 "stream": st.handle,
+                "cluster": spec.cluster,
+                "cooperative": spec.cooperative,
             }
             self._enqueue(st, call, self._kernel_runner(spec.fn, spec.args, launch), refs)
         elif kind == T.CU_GRAPH_NODE_TYPE_MEMSET:

@@ -2,9 +2,17 @@
 
 The simulator holds device memory but cannot execute GPU code. A stand-in is a
 Python function registered under a kernel's name (its ``extern "C"`` or mangled
-entry name); when that kernel executes on any simulated driver, the stand-in
-runs once for the whole launch with the launch's shape and the kernel's
-arguments, decoded as the kernel would read them from its parameter list.
+entry name, or the C++ name expression a program was compiled with, such as
+``"saxpy<float>"``); when that kernel executes on any simulated driver, the
+stand-in runs once for the whole launch with the launch's shape (grid, block,
+cluster) and the kernel's arguments, decoded as the kernel would read them from
+its parameter list.
+
+A name expression reaches the simulator with the image compiled from it: loading
+a module from an ``ObjectCode`` whose ``symbol_mapping`` maps ``"saxpy<float>"``
+to its lowered name ``"_Z5saxpyIfEvT_PKS0_PS0_m"`` teaches every simulated
+driver that the two name one kernel (:func:`learn_lowered_names`), so a stand-in
+registered under either is found.
 
 A stand-in that raises fails its launch as a faulting kernel would (a sticky
 ``CUDA_ERROR_LAUNCH_FAILED`` at the next synchronization), and the error names
@@ -17,7 +25,7 @@ simulator never pretends that a kernel ran.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,6 +38,8 @@ __all__ = [
     "DevicePointer",
     "KernelLaunch",
     "MissingStandInError",
+    "kernel_names",
+    "learn_lowered_names",
     "register_stand_in",
     "remove_stand_in",
     "stand_in",
@@ -41,6 +51,9 @@ S = TypeVar("S", bound=StandIn)
 
 _lock = deferring_lock()
 _registry: dict[str, StandIn] = {}
+# The names of one kernel: a lowered (entry) name and the name expressions that lower to it, both ways.
+# Written under _lock with new frozensets, read without it (launches look names up).
+_aliases: dict[str, frozenset[str]] = {}
 
 
 class MissingStandInError(NotImplementedError):
@@ -48,30 +61,42 @@ class MissingStandInError(NotImplementedError):
 
     Raised by the launch (``cuLaunchKernel``, or ``cuGraphLaunch`` for a graph
     with such a kernel node) before anything is queued. ``kernel`` is the
-    kernel's entry name.
+    kernel's entry name; ``names`` the name expressions known to lower to it
+    (``("saxpy<float>",)`` for ``"_Z5saxpyIfEvT_PKS0_PS0_m"``), which the
+    message suggests registering under.
     """
 
-    def __init__(self, kernel: str) -> None:
+    def __init__(self, kernel: str, names: tuple[str, ...] = ()) -> None:
+        suggested = names[0] if names else kernel
+        known = f" (the lowered name of {', '.join(repr(n) for n in names)})" if names else ""
         super().__init__(
-            f"kernel {kernel!r} has no stand-in on the simulated CUDA driver, which cannot run GPU code: "
-            f"register a Python function that does its work with @cuguard.testing.stand_in({kernel!r}) "
+            f"kernel {kernel!r}{known} has no stand-in on the simulated CUDA driver, which cannot run GPU code: "
+            f"register a Python function that does its work with @cuguard.testing.stand_in({suggested!r}) "
             "(see cuguard.testing.register_stand_in)"
         )
         self.kernel = kernel
+        self.names = tuple(names)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.kernel,))
+        return (type(self), (self.kernel, self.names))
 
 
 @dataclass(frozen=True, slots=True)
 class KernelLaunch:
     """The launch a stand-in runs for: the first argument of every stand-in.
 
-    ``kernel`` is the entry name, ``grid`` and ``block`` the three dimensions of
-    each, ``shared_mem`` the dynamic shared memory in bytes, and ``driver`` the
-    :class:`~cuguard.testing.SimulatedDriver` it runs on (its ``read`` and
-    ``write`` reach any memory; ``fault()`` makes the launch fail as a faulting
-    kernel would).
+    ``kernel`` is the entry name, ``grid`` (in blocks) and ``block`` the three
+    dimensions of each, ``shared_mem`` the dynamic shared memory in bytes, and
+    ``driver`` the :class:`~cuguard.testing.SimulatedDriver` it runs on (its
+    ``read`` and ``write`` reach any memory; ``fault()`` makes the launch fail
+    as a faulting kernel would). ``cluster`` is the thread-block cluster's
+    three dimensions in blocks, as the launch gave them
+    (``LaunchConfig(cluster=...)``, the ``CLUSTER_DIMENSION`` attribute of
+    ``cuLaunchKernelEx``), also when the launch was captured into a graph;
+    ``(1, 1, 1)`` for a launch without one, where each block is a cluster of
+    its own. ``cooperative`` says whether it is a cooperative launch. The last
+    two have defaults, so a ``KernelLaunch`` made with the first five fields
+    alone is still valid.
     """
 
     kernel: str
@@ -79,12 +104,29 @@ class KernelLaunch:
     block: tuple[int, int, int]
     shared_mem: int
     driver: Any
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    cooperative: bool = False
 
     @property
     def threads(self) -> int:
         """How many threads the launch has in all (grid size times block size)."""
         g, b = self.grid, self.block
         return g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
+
+    @property
+    def clusters(self) -> tuple[int, int, int]:
+        """How many clusters the grid has along each dimension (the grid divided by ``cluster``)."""
+        return (
+            self.grid[0] // self.cluster[0],
+            self.grid[1] // self.cluster[1],
+            self.grid[2] // self.cluster[2],
+        )
+
+    @property
+    def cluster_blocks(self) -> int:
+        """How many blocks one cluster has (1 without a cluster)."""
+        c = self.cluster
+        return c[0] * c[1] * c[2]
 
 
 class DevicePointer(int):
@@ -137,6 +179,9 @@ class DevicePointer(int):
 def stand_in(kernel: str) -> Callable[[S], S]:
     """Decorator: run the function whenever ``kernel`` executes on a simulated driver.
 
+    ``kernel`` is the kernel's entry name (``extern "C"`` or mangled) or a C++
+    name expression a program was compiled with (``"saxpy<float>"``), found
+    once the image compiled from it is loaded (see :func:`learn_lowered_names`).
     The function is called as ``fn(launch, *args)``: ``launch`` is a
     :class:`KernelLaunch`; ``args`` follow the kernel's parameter list, each as
     the kernel reads it (``.u64``/``.b64`` as :class:`DevicePointer`, other
@@ -182,9 +227,59 @@ def remove_stand_in(kernel: str) -> bool:
 
 
 def stand_in_for(kernel: str) -> StandIn | None:
-    """The stand-in registered for ``kernel``, or ``None``. ``TypeError`` for a non-str."""
+    """The stand-in that runs for ``kernel``, or ``None``. ``TypeError`` for a non-str.
+
+    One registered under ``kernel`` itself comes first; else one registered
+    under another name of the same kernel (a name expression of a lowered
+    name, or the lowered name of a name expression, see
+    :func:`learn_lowered_names`), the first of those names in sorted order.
+    """
     _check_name(kernel)
-    return _registry.get(kernel)
+    for name in _names_of(kernel):
+        found = _registry.get(name)
+        if found is not None:
+            return found
+    return None
+
+
+def learn_lowered_names(mapping: Mapping[str, str]) -> None:
+    """Record that each name expression of ``mapping`` lowers to its value, for every simulated driver.
+
+    ``mapping`` is an ``ObjectCode``'s ``symbol_mapping`` (``{"saxpy<float>":
+    "_Z5saxpyIfEvT_PKS0_PS0_m"}``); a simulated driver is given it when a
+    module is loaded from such an ``ObjectCode``. From then on a stand-in
+    registered under either name runs for the kernel, and
+    ``SimulatedDriver.register_kernel`` finds its emulation under either.
+    Process-wide, as the stand-ins are; learning a pair again changes nothing.
+    ``TypeError`` (and nothing recorded) for a mapping that is not one of
+    non-empty str to non-empty str.
+    """
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"lowered names must be a mapping of str to str, not {type(mapping).__name__}")
+    pairs = list(mapping.items())
+    for expression, lowered in pairs:
+        _check_name(expression)
+        _check_name(lowered)
+    with _lock:
+        for expression, lowered in pairs:
+            if expression != lowered:
+                _aliases[lowered] = _aliases.get(lowered, frozenset()) | {expression}
+                _aliases[expression] = _aliases.get(expression, frozenset()) | {lowered}
+
+
+def kernel_names(kernel: str) -> tuple[str, ...]:
+    """``kernel`` and the other names it is known by (name expressions or lowered names), sorted after it.
+
+    ``TypeError`` for a name that is not a non-empty str.
+    """
+    _check_name(kernel)
+    return tuple(_names_of(kernel))
+
+
+def _names_of(kernel: str) -> Iterator[str]:
+    """``kernel``, then its aliases in sorted order."""
+    yield kernel
+    yield from sorted(_aliases.get(kernel, ()))
 
 
 def _check_name(kernel: object) -> None:

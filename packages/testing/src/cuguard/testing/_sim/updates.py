@@ -58,6 +58,7 @@ class SimExecUpdates(SimGraphs):
         if spec.fn.module.ctx is not old.fn.module.ctx:
             raise Status(INVALID_VALUE)  # CUDA: the function cannot move to another context
         self._arg_refs(spec.args, call, spec.fn.name)
+        spec.cluster, spec.cooperative = old.cluster, old.cooperative  # the node's launch attributes (assumed)
         self._replace_step(ex, first, T.CU_GRAPH_NODE_TYPE_KERNEL, spec)
         return OK
 
