@@ -31,7 +31,7 @@ from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._launch import KernelAttributes, KernelOccupancy, launch_ex
 from cuguard.resources._memory import Buffer, PinnedBuffer
-from cuguard.resources._objectcode import LOADABLE, ObjectCode
+from cuguard.resources._objectcode import LOADABLE, ObjectCode, share_lowered_names
 from cuguard.resources._params import KernelParameter, Signature, parse_ptx_signatures, query_signature
 from cuguard.resources._stream import Stream, as_stream
 from cuguard.resources._view import StridedMemoryView
@@ -116,6 +116,7 @@ class Module(Resource):
             data += b"\x00"
         signatures = {} if data.startswith(b"\x7fELF") else parse_ptx_signatures(data)
         device = context.device  # may ask the driver: before anything is loaded (G1)
+        share_lowered_names(symbols)  # a simulated driver's stand-ins may use the name expressions
         handle = call_in(context, _module_load, _module_unload, data)
         self = object.__new__(cls)
         self._init(handle, context)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context
-from cuguard.errors import add_failure_note, deferring_lock, wrong_kind
+from cuguard.errors import add_failure_note, deferring_lock, driver_token, wrong_kind
 
 if TYPE_CHECKING:
     from cuguard.errors._locks import DeferringLock
@@ -33,7 +33,9 @@ class ObjectCode:
     class methods. ``symbol_mapping`` maps each C++ name expression given to
     :meth:`Program.compile` (``"saxpy<float>"``) to its lowered (mangled)
     entry name; :meth:`get_kernel` and :meth:`Module.get_kernel` look names up
-    there first.
+    there first. On the simulated driver, a kernel's stand-in may be
+    registered under a name expression too: loading a module hands the
+    mapping to the driver.
 
     Load it with :meth:`Device.load_module` (into a device's primary context),
     :meth:`Module.load` (into any context), or let :meth:`get_kernel` load it
@@ -201,6 +203,24 @@ class ObjectCode:
 
 def _rebuild(code: bytes, code_type: str, name: str, symbols: dict[str, str]) -> ObjectCode:
     return ObjectCode._make(code, code_type, name, symbols)
+
+
+def share_lowered_names(symbols: Mapping[str, str]) -> None:
+    """Tell the driver that is about to load an image the lowered names of its name expressions.
+
+    Only a driver with a ``learn_lowered_names`` method is told: the simulated
+    driver has one, so that a kernel's stand-in may be registered under the
+    name expression the program compiled (``"saxpy<float>"``) as well as under
+    its lowered name; the real driver has none and is not asked. Pairs with an
+    empty name are left out. Raises nothing for an :class:`ObjectCode`'s
+    mapping (it holds only str).
+    """
+    pairs = {k: v for k, v in symbols.items() if k and v}
+    if not pairs:
+        return
+    learn = getattr(driver_token(), "learn_lowered_names", None)
+    if learn is not None:
+        learn(pairs)
 
 
 def _check_symbols(symbol_mapping: Mapping[str, str] | None) -> dict[str, str]:
