@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from cuguard.errors import deferring_lock, driver, on_driver_change
+from cuguard.errors import deferring_lock, driver
 
 if TYPE_CHECKING:
     from cuguard.context import Context
@@ -64,8 +64,8 @@ __all__ = [
 _CAPTURE_NONE = 0
 
 _lock = deferring_lock()
-# (driver token id, context handle) -> the number of cuguard captures in progress in that context.
-_counts: dict[tuple[int, int], int] = {}
+# (driver token, context handle) -> the number of cuguard captures in progress in that context.
+_counts: dict[tuple[object, int], int] = {}
 # stream handle -> the owner table of the cuguard capture running on that stream (shared by a root and its forks).
 _tables: dict[int, dict[int, object]] = {}
 # Releases waiting for a capture to end, in the order they became due.
@@ -74,11 +74,16 @@ _waiting: list[Resource] = []
 
 # Streams someone else may capture (``Stream._may_capture``), by driver context: before a release that needs
 # cuCtxSynchronize, they are asked whether they capture (a capture cuguard did not begin, G6).
-_watched: dict[tuple[int, int], weakref.WeakSet[Stream]] = {}
+_watched: dict[tuple[object, int], weakref.WeakSet[Stream]] = {}
 
 
-def _key(context: Context) -> tuple[int, int]:
-    return (id(context._driver), context._int)
+def _key(context: Context) -> tuple[object, int]:
+    """The driver context's identity: its driver (the token object, kept alive here) and its handle.
+
+    A driver uninstalled and installed again keeps its token, so its captures
+    stay counted across the switch; another driver's contexts never match.
+    """
+    return (context._driver, context._int)
 
 
 def may_capture(stream: Stream) -> None:
@@ -239,17 +244,3 @@ def release_waiting() -> None:
         _running.active = False
 
 
-def _driver_changed(_token: Any) -> None:
-    """The installed driver changed: the captures counted so far are of another driver; forget them (O3).
-
-    Waiting releases stay queued: one of a driver no longer installed is dropped
-    by its own release (it never reaches a driver), one of the driver installed
-    again is carried out when it is due.
-    """
-    with _lock:
-        _counts.clear()
-        _tables.clear()
-        _watched.clear()
-
-
-on_driver_change(_driver_changed)
