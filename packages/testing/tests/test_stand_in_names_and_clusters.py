@@ -8,9 +8,15 @@ tests compile real cubins with NVRTC.)
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -273,3 +279,57 @@ def test_a_stand_in_written_for_the_five_field_launch_keeps_working(sim: Simulat
     launch_info = KernelLaunch("k", (2, 1, 1), (4, 1, 1), 0, sim)
     assert (launch_info.cluster, launch_info.cooperative, launch_info.threads) == ((1, 1, 1), False, 8)
     assert launch_info.clusters == (2, 1, 1)
+
+
+_REGISTERED = any(ep.name == "sim" for ep in entry_points(group="cuguard.drivers"))
+
+PROGRAM = """
+import numpy as np
+from cuguard.resources import Device, LaunchConfig, ObjectCode, launch
+
+code = ObjectCode.from_cubin({image!r}, symbol_mapping={{"scaled<float>": {lowered!r}}})
+dev = Device(0)
+dev.set_current()
+kernel = code.get_kernel("scaled<float>")
+with dev.create_stream() as stream, dev.allocate(16) as buf:
+    buf.copy_from(np.arange(4, dtype=np.float32), stream=stream)
+    launch(stream, LaunchConfig(grid=1, block=4), kernel, buf, 4)
+    out = np.empty(4, dtype=np.float32)
+    buf.copy_to(out, stream=stream)
+    stream.sync()
+print("result", out.tolist())
+"""
+
+STAND_INS = """
+import numpy as np
+from cuguard.testing import stand_in
+
+@stand_in("scaled<float>")  # the name the program compiled, not the lowered one
+def scaled(launch, data, n):
+    data.array(np.float32, n)[:] *= 3
+"""
+
+
+@pytest.mark.contract("B2")
+@pytest.mark.skipif(not _REGISTERED, reason="cuguard-testing is not installed (no entry points)")
+def test_a_stand_ins_module_uses_the_name_expression_of_an_unchanged_program(tmp_path: Path) -> None:
+    lowered = _mangled("scaled")
+    program = PROGRAM.format(image=_elf([(lowered, _STB_WEAK, _STT_FUNC)]), lowered=lowered)
+    (tmp_path / "program.py").write_text(textwrap.dedent(program))
+    (tmp_path / "name_stand_ins.py").write_text(textwrap.dedent(STAND_INS))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUGUARD_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]),
+        CUGUARD_DRIVER="sim",
+        CUGUARD_SIM_STAND_INS="name_stand_ins",
+    )
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "program.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "result [0.0, 3.0, 6.0, 9.0]" in done.stdout
