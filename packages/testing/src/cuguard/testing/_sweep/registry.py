@@ -993,6 +993,14 @@ NO_DRIVER_CALL: dict[str, str] = {
     "errors.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
     "errors.deferring_lock": "makes a lock for cuguard's own bookkeeping: no driver call",
     "errors.collection_deferred": "reads a thread-local counter: no driver call",
+    **{
+        f"errors.{name}": "checks an integer argument or a status code against a table: no driver call"
+        for name in ("int_argument", "is_integer", "out_of_range", "status_argument", "is_driver_status")
+    },
+    **{
+        f"errors.{name}": "a constant (a C type's limit): no driver call"
+        for name in ("INT_LIMIT", "SIZE_LIMIT", "UINT_LIMIT")
+    },
     "context.Context()": "refused with TypeError: contexts come from the class methods",
     "context.Context.wrap": "wraps a handle; no driver call",
     "context.Context.handle": _NO_CALL_RESOURCE,
