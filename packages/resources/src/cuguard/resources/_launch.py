@@ -1,8 +1,9 @@
-"""Kernel attributes, occupancy, and launches with attributes (clusters, cooperative) via ``cuLaunchKernelEx``.
+"""Kernel attributes, occupancy, and launches with attributes via ``cuLaunchKernelEx``.
 
 Plain launches go through ``cuLaunchKernel`` (see :func:`launch`); a
-:class:`LaunchConfig` with ``cluster`` or ``cooperative_launch`` goes through
-``cuLaunchKernelEx`` after the device has been checked for support.
+:class:`LaunchConfig` with ``cluster``, ``cooperative_launch``, a ``priority``
+or ``programmatic_stream_serialization`` goes through ``cuLaunchKernelEx``
+after the device has been checked for support.
 """
 
 from __future__ import annotations
@@ -276,6 +277,16 @@ def _driver_config(config: LaunchConfig, stream_handle: Any) -> Any:
         attr.id = cb.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
         attr.value.cooperative = 1
         attrs.append(attr)
+    if config.programmatic_stream_serialization:
+        attr = cb.CUlaunchAttribute()
+        attr.id = cb.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(attr)
+    if config.priority:  # 0 (or None) leaves the stream's priority, as in cuda.core
+        attr = cb.CUlaunchAttribute()
+        attr.id = cb.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY
+        attr.value.priority = config.priority
+        attrs.append(attr)
     cfg = cb.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
@@ -286,14 +297,26 @@ def _driver_config(config: LaunchConfig, stream_handle: Any) -> Any:
     return cfg
 
 
+def _priority_range() -> tuple[int, int]:
+    """``(least, greatest)`` stream priority of the current context's device (greatest is the lowest number)."""
+    err, least, greatest = driver.cuCtxGetStreamPriorityRange()
+    if err:
+        raise_status(err, "cuCtxGetStreamPriorityRange")
+    return int(least), int(greatest)
+
+
 def launch_ex(stream: Stream, config: LaunchConfig, kernel: Kernel, params: Any) -> None:
-    """Check the device supports ``config``'s cluster / cooperative launch, then ``cuLaunchKernelEx``.
+    """Check the device supports ``config``'s launch attributes, then ``cuLaunchKernelEx``.
 
     Raises ``ValueError`` when the stream's device cannot run the launch
     (clusters need compute capability 9.0 and ``CLUSTER_LAUNCH``; cooperative
     launches need ``COOPERATIVE_LAUNCH`` and a grid no larger than the blocks
-    that can be resident at once) and :class:`~cuguard.errors.CUDAError`
-    when a query or the launch is refused; nothing is queued then.
+    that can be resident at once; a priority must lie in the device's stream
+    priority range, asked with ``cuCtxGetStreamPriorityRange`` in the stream's
+    context; programmatic stream serialization needs compute capability 9.0)
+    and :class:`~cuguard.errors.CUDAError` when a query or the launch is
+    refused; nothing is queued then. The caller's context is left as it was
+    (G2).
     """
     ordinal = stream._context.device
     gx, gy, gz, bx, by, bz, shared = config._launch_dims
@@ -314,6 +337,20 @@ def launch_ex(stream: Stream, config: LaunchConfig, kernel: Kernel, params: Any)
             raise ValueError(
                 f"a cooperative launch of {kernel.name!r} can have at most {per_sm * sms} blocks "
                 f"({per_sm} per multiprocessor x {sms}) with this block and shared memory size, not {blocks}"
+            )
+    if config.programmatic_stream_serialization:
+        major = _device_attribute(ordinal, _D.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        if major < 9:
+            raise ValueError(
+                "programmatic stream serialization (programmatic dependent launch) needs compute capability 9.0 "
+                f"or newer; device {ordinal} has compute capability {major}.x"
+            )
+    if config.priority:
+        least, greatest = call_in(stream._context, _priority_range, None)
+        if not greatest <= config.priority <= least:
+            raise ValueError(
+                f"priority={config.priority} is outside device {ordinal}'s stream priority range "
+                f"[{greatest}, {least}] (lower numbers are higher priorities; 0 leaves the stream's)"
             )
     (err,) = driver.cuLaunchKernelEx(_driver_config(config, stream._handle), kernel._handle, params, 0)
     if err:

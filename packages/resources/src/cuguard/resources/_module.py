@@ -12,6 +12,7 @@ from typing import Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import (
+    INT_LIMIT,
     UINT_LIMIT,
     CUDAError,
     StickyCUDAError,
@@ -245,7 +246,8 @@ class LaunchConfig:
     """The shape of a launch, with ``cuda.core``'s keywords.
 
     ``LaunchConfig(grid=1, block=1, *, cluster=None, shmem_size=0,
-    cooperative_launch=False)``. ``grid``, ``block`` and ``cluster`` are an
+    cooperative_launch=False, programmatic_stream_serialization=False,
+    priority=None)``. ``grid``, ``block`` and ``cluster`` are an
     int or a tuple of up to three ints, each 1 or more and below ``2**32``
     (NumPy integers are taken and kept as plain ints). As in ``cuda.core``,
     when ``cluster`` is given ``grid`` counts clusters, not blocks (the launch
@@ -253,25 +255,45 @@ class LaunchConfig:
     dynamic shared memory per block in bytes (``shared_mem`` is accepted as
     another name for it, and read back as an attribute), 0 or more and below
     ``2**32``; ``grid * cluster`` must stay below ``2**32``. ``is_cooperative``
-    is another name for ``cooperative_launch``. Only ``grid`` and ``block``
+    is another name for ``cooperative_launch``. ``priority`` (an int, as in
+    cuda.core) is the launch's execution priority, lower numbers being higher
+    priorities; ``None`` or 0 leaves the stream's priority.
+    ``programmatic_stream_serialization=True`` (a bool) allows programmatic
+    dependent launch: the kernel may start before the previous kernel on the
+    stream has finished, once that one signals it. Only ``grid`` and ``block``
     may be given by position (a third positional argument is a
     ``TypeError``, so ``cuda.core``'s positional ``(grid, cluster, block)``
     is refused rather than misread).
 
     Bad values raise ``TypeError`` (a bool, a float, another object) or
     ``ValueError`` (out of range) at construction, naming the parameter. A config
-    with ``cluster`` or ``cooperative_launch`` is launched with
-    ``cuLaunchKernelEx`` (see :func:`launch`). Immutable, hashable,
+    with ``cluster``, ``cooperative_launch``, a ``priority`` or
+    ``programmatic_stream_serialization`` is launched with ``cuLaunchKernelEx``
+    and those launch attributes, after they are checked against the stream's
+    device (see :func:`launch`). Immutable, hashable,
     compared by value, picklable.
     """
 
-    __slots__ = ("_cluster_dims", "_ex", "_launch_dims", "block", "cluster", "cooperative_launch", "grid", "shmem_size")
+    __slots__ = (
+        "_cluster_dims",
+        "_ex",
+        "_launch_dims",
+        "block",
+        "cluster",
+        "cooperative_launch",
+        "grid",
+        "priority",
+        "programmatic_stream_serialization",
+        "shmem_size",
+    )
 
     grid: int | tuple[int, ...]
     block: int | tuple[int, ...]
     cluster: int | tuple[int, ...] | None
     shmem_size: int
     cooperative_launch: bool
+    programmatic_stream_serialization: bool
+    priority: int | None
     _launch_dims: tuple[int, int, int, int, int, int, int]
     _cluster_dims: tuple[int, int, int]
     _ex: bool
@@ -286,6 +308,8 @@ class LaunchConfig:
         cooperative_launch: bool = False,
         shared_mem: int | None = None,
         is_cooperative: bool | None = None,
+        programmatic_stream_serialization: bool = False,
+        priority: int | None = None,
     ) -> None:
         g, grid = _dims(grid, "grid")
         b, block = _dims(block, "block")
@@ -297,6 +321,10 @@ class LaunchConfig:
             cooperative_launch = is_cooperative
         if not isinstance(cooperative_launch, bool):
             raise TypeError(f"cooperative_launch must be a bool, not {type(cooperative_launch).__name__}")
+        if not isinstance(programmatic_stream_serialization, bool):
+            raise wrong_kind("programmatic_stream_serialization", "a bool", programmatic_stream_serialization)
+        if priority is not None:
+            priority = int_argument("priority", priority, -INT_LIMIT, INT_LIMIT)  # a C int
         c, cluster = ((1, 1, 1), None) if cluster is None else _dims(cluster, "cluster")
         blocks = g
         if cluster is not None:
@@ -310,9 +338,12 @@ class LaunchConfig:
         put(self, "cluster", cluster)
         put(self, "shmem_size", shared)
         put(self, "cooperative_launch", cooperative_launch)
+        put(self, "programmatic_stream_serialization", programmatic_stream_serialization)
+        put(self, "priority", priority)
         put(self, "_launch_dims", (*blocks, *b, shared))
         put(self, "_cluster_dims", c)
-        put(self, "_ex", cluster is not None or cooperative_launch)
+        attributes = cluster is not None or cooperative_launch or programmatic_stream_serialization or bool(priority)
+        put(self, "_ex", attributes)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"LaunchConfig is immutable; cannot set {name!r}")
@@ -335,7 +366,13 @@ class LaunchConfig:
         return self._launch_dims[:6]
 
     def _key(self) -> tuple[Any, ...]:
-        return (self._launch_dims, self.cluster is not None and self._cluster_dims, self.cooperative_launch)
+        return (
+            self._launch_dims,
+            self.cluster is not None and self._cluster_dims,
+            self.cooperative_launch,
+            self.programmatic_stream_serialization,
+            self.priority or 0,  # 0 and None both leave the stream's priority
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LaunchConfig):
@@ -346,7 +383,18 @@ class LaunchConfig:
         return hash(self._key())
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_launch_config, (self.grid, self.block, self.cluster, self.shmem_size, self.cooperative_launch))
+        return (
+            _launch_config,
+            (
+                self.grid,
+                self.block,
+                self.cluster,
+                self.shmem_size,
+                self.cooperative_launch,
+                self.programmatic_stream_serialization,
+                self.priority,
+            ),
+        )
 
     def __repr__(self) -> str:
         extra = ""
@@ -354,11 +402,31 @@ class LaunchConfig:
             extra += f", cluster={self.cluster!r}"
         if self.cooperative_launch:
             extra += ", cooperative_launch=True"
+        if self.programmatic_stream_serialization:
+            extra += ", programmatic_stream_serialization=True"
+        if self.priority is not None:
+            extra += f", priority={self.priority}"
         return f"LaunchConfig(grid={self.grid!r}, block={self.block!r}{extra}, shmem_size={self.shmem_size})"
 
 
-def _launch_config(grid: Any, block: Any, cluster: Any, shmem_size: int, cooperative_launch: bool) -> LaunchConfig:
-    return LaunchConfig(grid, block, cluster=cluster, shmem_size=shmem_size, cooperative_launch=cooperative_launch)
+def _launch_config(  # noqa: PLR0917 - the pickled form of a LaunchConfig: its fields in order
+    grid: Any,
+    block: Any,
+    cluster: Any,
+    shmem_size: int,
+    cooperative_launch: bool,
+    programmatic_stream_serialization: bool = False,
+    priority: int | None = None,
+) -> LaunchConfig:
+    return LaunchConfig(
+        grid,
+        block,
+        cluster=cluster,
+        shmem_size=shmem_size,
+        cooperative_launch=cooperative_launch,
+        programmatic_stream_serialization=programmatic_stream_serialization,
+        priority=priority,
+    )
 
 
 def _dims(value: object, what: str) -> tuple[tuple[int, int, int], int | tuple[int, ...]]:
@@ -450,11 +518,15 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
 
     Arguments that do not match the kernel's parameters raise ``TypeError``
     before anything reaches the driver. A plain config goes through
-    ``cuLaunchKernel``; one with ``cluster`` or ``cooperative_launch``
-    through ``cuLaunchKernelEx`` with launch attributes, after checking the
-    device: clusters need compute capability 9.0+ and cluster launch support,
+    ``cuLaunchKernel``; one with ``cluster``, ``cooperative_launch``, a
+    ``priority`` or ``programmatic_stream_serialization`` through
+    ``cuLaunchKernelEx`` with launch attributes, after checking the device:
+    clusters need compute capability 9.0+ and cluster launch support,
     cooperative launches need cooperative launch support and a grid that fits
-    on the device at once (``ValueError`` otherwise, before the launch).
+    on the device at once, a priority must lie in the device's stream priority
+    range (``cuCtxGetStreamPriorityRange``), programmatic stream serialization
+    needs compute capability 9.0+ (``ValueError`` saying why otherwise, before
+    the launch).
 
     Raises :class:`~cuguard.errors.CUDAError` if the launch is refused (a bad
     configuration, a sticky error...); nothing was queued then. A fault inside

@@ -410,7 +410,7 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     add("Device.pci_bus_id", "Device", lambda d: d.pci_bus_id)
     add("Device.__enter__", "Device", _block, _v("fail", False, True))
-    add("system.get_num_devices", None, lambda: R.system.get_num_devices())
+    add("system.get_num_devices", None, R.system.get_num_devices)
     add(
         "system.get_user_mode_driver_version",
         None,
@@ -788,6 +788,16 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         lambda grid, block: R.LaunchConfig(grid=grid, block=block),
         _v("grid", 1, 1, (1, 1), 0, -1, "x", (1, 2, 3, 4), 1.5, good=3),
         _v("block", SIZE, 1, (32, 2), 2048, 0, None, good=3),
+    )
+    # launch attributes: a priority outside the device's range is refused at the launch (ValueError)
+    add(
+        "LaunchConfig[attributes]",
+        None,
+        lambda priority, serialize: R.LaunchConfig(
+            grid=1, block=SIZE, priority=priority, programmatic_stream_serialization=serialize
+        ),
+        _v("priority", None, 0, -1, -5, 1, -9, True, 1.5, "x", 2**31, good=6),
+        _v("programmatic_stream_serialization", False, True, 1, None, good=2),
     )
     kargs = Param("args", special=KERNEL_ARGS, star=True, naming=False)
     add(

@@ -5,8 +5,15 @@ Rules (documented in the CUDA driver API unless marked assumed):
 
 - ``cuLaunchKernelEx`` takes a ``CUlaunchConfig``; ``None`` is
   ``CUDA_ERROR_INVALID_VALUE``. Its grid, block and shared memory follow
-  ``cuLaunchKernel``'s rules; the attributes read are the cluster dimension
-  and cooperative flag (others are accepted and ignored, assumed).
+  ``cuLaunchKernel``'s rules; the attributes read are the cluster dimension,
+  the cooperative flag, the priority and programmatic stream serialization
+  (others are accepted and ignored, assumed).
+- A launch priority outside the context's stream priority range (``[-5, 0]``,
+  as ``cuCtxGetStreamPriorityRange`` answers) is clamped into it, as stream
+  priorities are, and the launch succeeds; programmatic stream serialization is
+  accepted (compute capability 9.0, as the H200's). Both are recorded with the
+  launch; the simulator runs launches in stream order all the same (assumed:
+  letting a kernel start early is an optimization, never a guarantee).
 - A cluster dimension must divide the grid and the cluster may hold at most 8
   blocks (the portable size; 16 with ``NON_PORTABLE_CLUSTER_SIZE_ALLOWED``):
   otherwise ``CUDA_ERROR_INVALID_CLUSTER_SIZE``. A device without
@@ -46,6 +53,9 @@ _D = cb.CUdevice_attribute
 _PORTABLE_CLUSTER = 8
 _NON_PORTABLE_CLUSTER = 16
 _RESERVED_SHARED = 1024
+# The stream priority range cuCtxGetStreamPriorityRange answers (least, greatest), as on the H200.
+_LEAST_PRIORITY = 0
+_GREATEST_PRIORITY = -5
 
 
 class SimLaunches(SimCore):
@@ -189,6 +199,8 @@ class SimLaunches(SimCore):
             raise Status(INVALID_VALUE)
         cluster: tuple[int, int, int] | None = None
         cooperative = False
+        priority = 0
+        serialization = False
         attrs = list(config.attrs or [])[: int(config.numAttrs)]
         for attr in attrs:
             ident = int(attr.id)
@@ -197,6 +209,10 @@ class SimLaunches(SimCore):
                 cluster = (int(dim.x), int(dim.y), int(dim.z))
             elif ident == int(_ID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE):
                 cooperative = bool(int(attr.value.cooperative))
+            elif ident == int(_ID.CU_LAUNCH_ATTRIBUTE_PRIORITY):
+                priority = min(_LEAST_PRIORITY, max(_GREATEST_PRIORITY, int(attr.value.priority)))
+            elif ident == int(_ID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION):
+                serialization = bool(int(attr.value.programmaticStreamSerializationAllowed))
         if cluster is not None:
             if self._device_attr(_D.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) < 9 or not self._device_attr(
                 _D.CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH
@@ -227,6 +243,8 @@ class SimLaunches(SimCore):
             "stream": st.handle,
             "cluster": cluster,
             "cooperative": cooperative,
+            "priority": priority,
+            "programmatic_stream_serialization": serialization,
         }
         self._enqueue(st, "cuLaunchKernelEx", self._kernel_runner(fn, args, launch), refs)
         return OK

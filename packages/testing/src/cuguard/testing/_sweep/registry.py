@@ -729,7 +729,12 @@ def _build() -> list[Scenario]:
         lambda e, s: e.resources.launch(s.stream, s.config, s.kernel, s.buf, 5, SIZE),
         probe=lambda e, s: (e.resources.launch(s.stream, s.config, s.kernel, s.buf, 5, SIZE), s.stream.sync()),
     )
-    for variant, extra in (("cluster", {"cluster": 2}), ("cooperative", {"cooperative_launch": True})):
+    for variant, extra in (
+        ("cluster", {"cluster": 2}),
+        ("cooperative", {"cooperative_launch": True}),
+        ("priority", {"priority": -1}),
+        ("programmatic", {"programmatic_stream_serialization": True}),
+    ):
         add(
             f"{R}launch[{variant}]",
             with_module,
