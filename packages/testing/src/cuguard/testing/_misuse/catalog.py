@@ -255,6 +255,17 @@ def _in_capture_mode(G: Any, mode: Any) -> str:
         return str(previous)
 
 
+def _typed_views(R: Any, buffer: Any, shape: Any, dtype: Any) -> tuple[Any, ...]:
+    """A typed view of ``buffer``, what it says, and views of its own exports (DLPack, the CUDA Array Interface)."""
+    view = R.StridedMemoryView.from_buffer(buffer, shape, dtype=dtype)
+    said = (view.ptr, view.shape, view.strides, view.dtype, view.size, view.device_id, view.readonly)
+    said += (view.is_device_accessible, view.exporting_obj is buffer, view.stream_ptr, view.__dlpack_device__())
+    again = R.StridedMemoryView.from_dlpack(view, -1)
+    interface = R.StridedMemoryView.from_cuda_array_interface(view, -1, device=buffer.device)
+    proxied = R.args_viewable_as_strided_memory((0,))(lambda arg: arg.view(-1))(view)
+    return (*said, again.shape, interface.strides, R.StridedMemoryView.from_any_interface(view, -1).dtype, proxied)
+
+
 def _exit(obj: Any) -> BaseException:
     """``obj.__exit__`` while the body's exception propagates; returns that exception (to read its notes)."""
     body = ValueError("the with-block body failed")
@@ -568,6 +579,13 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         None,
         lambda obj: R.Buffer.from_cuda_array_interface(obj).close(),
         _p("obj", frozenset({"Buffer"}), "__cuda_array_interface__"),
+    )
+    add(
+        "StridedMemoryView.from_buffer",
+        "Buffer",
+        lambda b, shape, dtype: _typed_views(R, b, shape, dtype),
+        _v("shape", 4, (2, 2), (), (0,), -1, (1.5,), None, "4", good=4),
+        _v("dtype", "uint8", "float32", "int64", None, 5, "S4", good=3),
     )
     add("PinnedBuffer.address", "PinnedBuffer", lambda p: (p.address, p.handle))
     add(
@@ -1593,6 +1611,28 @@ COVERAGE: dict[str, str] = {
         "Resource.closed",
         "Resource.context",
         "Resource.handle",
+    ),
+    # --- resources: typed views (a view owns no handle: made by its class methods, drawn on buffers) ---
+    **_rows(
+        "op:StridedMemoryView.from_buffer",
+        "StridedMemoryView",
+        "resources.args_viewable_as_strided_memory",
+        *_members_of(
+            "StridedMemoryView",
+            "device_id",
+            "dtype",
+            "exporting_obj",
+            "from_any_interface",
+            "from_cuda_array_interface",
+            "from_dlpack",
+            "is_device_accessible",
+            "ptr",
+            "readonly",
+            "shape",
+            "size",
+            "stream_ptr",
+            "strides",
+        ),
     ),
     # --- resources: memory resources ---
     **{key: f"op:{cls}.accounting" for cls in MEMORY_RESOURCES for key in _members_of(cls, *_ACCOUNTING)},
