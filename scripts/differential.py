@@ -2916,6 +2916,54 @@ def exec_copy_and_child_updates(d: Any) -> Obs:
     return out
 
 
+def _ex_config(stream: Any, attributes: list[tuple[str, int]]) -> Any:
+    """A one-block ``CUlaunchConfig`` on ``stream`` with launch attributes ``(name, value)``."""
+    attrs = []
+    for which, value in attributes:
+        attr = B.CUlaunchAttribute()
+        attr.id = getattr(B.CUlaunchAttributeID, f"CU_LAUNCH_ATTRIBUTE_{which}")
+        if which == "PRIORITY":
+            attr.value.priority = value
+        else:
+            attr.value.programmaticStreamSerializationAllowed = value
+        attrs.append(attr)
+    cfg = B.CUlaunchConfig()
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1
+    cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1
+    cfg.sharedMemBytes = 0
+    cfg.hStream = stream
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    return cfg
+
+
+@scenario
+def launch_priority_and_programmatic_serialization(d: Any) -> Obs:
+    """Launch attributes of cuLaunchKernelEx: priorities in and out of the stream priority range, PDL."""
+    out: Obs = []
+    with Ctx(d):
+        least, greatest = ok(d.cuCtxGetStreamPriorityRange())
+        out.append([int(least), int(greatest)])
+        mod = ok(d.cuModuleLoadData(PTX))
+        fn = ok(d.cuModuleGetFunction(mod, b"empty"))
+        s = ok(d.cuStreamCreate(0))
+        for attributes in (
+            [("PRIORITY", int(greatest))],
+            [("PRIORITY", int(least))],
+            [("PRIORITY", int(greatest) - 1)],
+            [("PRIORITY", int(least) + 1)],
+            [("PRIORITY", -1000)],
+            [("PROGRAMMATIC_STREAM_SERIALIZATION", 1)],
+            [("PROGRAMMATIC_STREAM_SERIALIZATION", 0)],
+            [("PROGRAMMATIC_STREAM_SERIALIZATION", 1), ("PRIORITY", int(greatest))],
+        ):
+            out.append(name(d.cuLaunchKernelEx(_ex_config(s, attributes), fn, 0, 0)[0]))
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        d.cuStreamDestroy(s)
+        d.cuModuleUnload(mod)
+    return out
+
+
 def _run_graph_exec(d: Any, exe: Any, stream: Any) -> list[str]:
     return [name(d.cuGraphLaunch(exe, stream)[0]), name(d.cuStreamSynchronize(stream)[0])]
 
