@@ -44,12 +44,12 @@ def graph_node(graph: Graph, node: object, kinds: tuple[str, ...], what: str) ->
     graph._check_open()
     if not isinstance(node, Node):
         raise wrong_kind("node", "a graph Node", node)
+    if node._kind not in kinds:  # the argument's kind first, then its state (E3)
+        raise TypeError(f"{what} needs a {' or '.join(kinds)} node, not {node!r}")
     origin = None if graph._origin is None else graph._origin()
     if origin is None or node._graph is not origin:
         raise ValueError(f"{node!r} is not a node of the definition {graph!r} was instantiated from")
     node._check_live()  # a destroyed node, or one of a closed definition: its handle is gone
-    if node._kind not in kinds:
-        raise TypeError(f"{what} needs a {' or '.join(kinds)} node, not {node!r}")
     return node
 
 

@@ -36,7 +36,7 @@ from cuguard.errors import (
     report_error,
 )
 from cuguard.resources import _captures
-from cuguard.resources._relaxed import relax, restore
+from cuguard.resources._relaxed import on_own_behalf, relax, restore
 
 __all__ = ["Resource"]
 
@@ -167,11 +167,15 @@ class Resource(Unique):
         if raising:
 
             def release(handle: Any) -> tuple[Any, str]:
-                # Memory's free runs relaxed too: an explicit close never breaks a capture (G6).
-                status, call = _unprohibited(step, handle) if self._capture_unsafe_release else step(handle)
+                status, call = step(handle)
                 if status:
                     self._release_failed(status, call)
                 return status, call
+
+            if self._capture_unsafe_release:
+                # Memory's free runs relaxed too: an explicit close never breaks a capture (G6); a refused
+                # exchange of the thread's mode raises as an ordinary call does (E1, G4).
+                return call_in(self._context, on_own_behalf, None, release, None, self._handle)  # type: ignore[no-any-return]
 
             return call_in(self._context, release, None, self._handle)
         resource = (self._what, self._handle)

@@ -24,7 +24,8 @@ context runs (refused by the driver during any capture of the context, and the
 refusal invalidates that capture), waits: the object is closed for use at once
 and released when the capture ends (:func:`capture_ended`), or, for a capture
 cuguard did not begin, at the next :func:`release_waiting` (a cuguard capture of
-any context ending, ``Stream.sync()``, ``Device.sync()``) that finds it over.
+any context ending, ``Stream.sync()``, the end of a garbage collection) that
+finds it over.
 A deferred release reports failures as ``CUDAWarning`` (W1): nothing can raise
 for it any more.
 
@@ -34,11 +35,13 @@ garbage collection inside never deadlocks on it.
 
 from __future__ import annotations
 
+import gc
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from cuguard.errors import deferring_lock, driver
+from cuguard.errors import collection_deferred, defer, deferring_lock, driver
 
 if TYPE_CHECKING:
     from cuguard.context import Context
@@ -224,6 +227,23 @@ def wait_for_capture(resource: Resource) -> None:
 _running = threading.local()
 
 
+def _after_collection(phase: str, _info: dict[str, int]) -> None:
+    """A garbage collection ended: carry out the waiting releases whose captures are over (G6).
+
+    As a finalizer would: inside a CUDA callback or while a cuguard lock is
+    held, they go to the release thread instead (O5, S2).
+    """
+    if phase != "stop" or not _waiting or sys.is_finalizing():
+        return
+    if collection_deferred():
+        defer(release_waiting)
+    else:
+        release_waiting()
+
+
+gc.callbacks.append(_after_collection)
+
+
 def release_waiting() -> None:
     """Carry out the waiting releases whose captures have ended; the others keep waiting.
 
@@ -242,5 +262,3 @@ def release_waiting() -> None:
             resource._release_collected()  # queues itself again while its capture goes on
     finally:
         _running.active = False
-
-
