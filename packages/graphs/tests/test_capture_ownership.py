@@ -322,3 +322,29 @@ def test_an_explicit_close_of_memory_never_breaks_another_threads_global_capture
         worker.join(10)
     assert result == ["active"]
     assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+
+
+@pytest.mark.contract("G6", "O6")
+def test_a_builder_on_a_closed_foreign_wrapper_still_ends_its_capture(cuguard_driver: Any, dev: Device) -> None:
+    from cuda.bindings import driver as cb
+
+    dev.set_current()
+    err, raw = driver.cuStreamCreate(1)
+    assert not err
+
+    class Foreign:  # a stream made elsewhere, kept alive by its wrapper
+        def __cuda_stream__(self) -> tuple[int, int]:
+            return (0, int(raw))
+
+    try:
+        wrapper = dev.create_stream(Foreign())
+        builder = GraphBuilder(wrapper).begin_building()
+        wrapper.close()  # closes the wrapper only: the stream and its capture go on
+        del builder
+        gc.collect()  # the collected builder ends the capture it began
+        err, status = driver.cuStreamIsCapturing(raw)
+        assert not err
+        assert int(status) == 0
+    finally:
+        driver.cuStreamDestroy(raw)
+        driver.cuCtxSetCurrent(cb.CUcontext(0))

@@ -517,13 +517,18 @@ class GraphBuilder(_Collected):
     def _abandon_capture(self) -> tuple[Any, str]:
         """End this root's capture and destroy its graph (``(status, call)`` of a failure, status 0 when none).
 
-        A stream that was closed, or whose context refuses use, is not touched: its capture
+        A stream cuguard destroyed, or whose context refuses use, is not touched: its capture
         went with it (the driver ends a capture whose stream is destroyed), and a stream of a
-        destroyed context must never reach the driver (S2).
+        destroyed context must never reach the driver (S2). A closed wrapper of a foreign
+        stream it keeps alive is ended: closing the wrapper destroyed nothing.
         """
         stream = self._stream
-        if stream._closed or stream._context._closed:
+        if stream._context._closed:
             return 0, "cuStreamEndCapture"
+        if stream._closed and (stream._owned or stream._lender is None):
+            return 0, "cuStreamEndCapture"
+        # Open, or a closed wrapper of a stream made elsewhere that it still keeps alive (its lender):
+        # closing the wrapper destroyed nothing, so the capture goes on in the driver until ended here.
         return _abandon_capture(stream._handle)
 
     def _abandon(self, exc: BaseException) -> None:
