@@ -10,6 +10,7 @@ import copy
 import ctypes
 import gc
 import pickle
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cuguard.errors import CUDAError, ResourceClosedError
+from cuguard.errors import CUDAError, ResourceClosedError, flush_deferred, in_driver_callback
 from cuguard.resources import (
     Buffer,
     Device,
@@ -400,3 +401,56 @@ def test_args_viewable_as_strided_memory(device: Device, stream: Stream) -> None
         args_viewable_as_strided_memory([1])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="arg_indices must be"):
         args_viewable_as_strided_memory((1.0,))  # type: ignore[arg-type]
+
+
+class _Recorded:
+    """A producer (DLPack over a cuguard buffer, and a CUDA Array Interface) whose destructor records where it ran."""
+
+    def __init__(self, buf: Buffer, records: list[tuple[str, bool]]) -> None:
+        self.buf = buf
+        self.records = records
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.buf.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.buf.__dlpack__(**kwargs)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": (self.buf.size,), "typestr": "|u1", "data": (self.buf.ptr, False), "version": 3}
+
+    def __del__(self) -> None:
+        self.records.append((threading.current_thread().name, in_driver_callback()))
+
+
+@pytest.mark.contract("O5", "W5")
+@pytest.mark.parametrize("protocol", ["dlpack", "cuda_array_interface"])
+def test_a_view_dropped_in_a_host_function_lets_go_of_its_producer_on_the_release_thread(
+    device: Device, protocol: str
+) -> None:
+    backing = device.allocate(32)
+    records: list[tuple[str, bool]] = []
+    producer = _Recorded(backing, records)
+    if protocol == "dlpack":
+        view = StridedMemoryView.from_dlpack(producer, -1)
+    else:
+        view = StridedMemoryView.from_cuda_array_interface(producer, -1, device=device)
+    del producer
+    gate = threading.Event()
+    stream = device.create_stream()
+    keep: list[Any] = [view]
+    ref = weakref.ref(view)
+    del view
+    stream.launch_host_func(gate.wait)  # runs once the test dropped its references
+    stream.launch_host_func(keep.clear)  # the view's last reference goes inside a host function
+    gc.collect()
+    assert ref() is not None
+    gate.set()
+    stream.sync()
+    assert flush_deferred(10)
+    assert ref() is None
+    assert records == [("cuguard-release", False)]  # never on the driver's thread (O5)
+    gc.collect()
+    backing.close()  # the export the DLPack view held ended with it
+    stream.close()

@@ -292,9 +292,9 @@ def _call_deleter(deleter: int, address: int) -> None:
     _DELETER_TYPE(deleter)(address)
 
 
-def _let_go(held: object) -> None:
-    """Run on the release thread: ``held``'s last reference goes with this call's arguments."""
-    del held
+def _let_go(box: list[object]) -> None:
+    """Run on the release thread: empty ``box``, which holds the only reference to what was lent."""
+    box.clear()
 
 
 class Imported:
@@ -351,8 +351,11 @@ class Lent:
 
     def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
         if not _finalizing() and in_driver_callback():
-            held, self._held = self._held, None
-            defer(_let_go, held)  # the queue holds the last reference now; the release thread drops it
+            # Only the box holds it once handed over: a reference left in this frame would be the last
+            # one if the release thread ran first, and would go here, on the driver's thread.
+            box = [self._held]
+            self._held = None
+            defer(_let_go, box)
 
 
 @dataclass(frozen=True, slots=True)
