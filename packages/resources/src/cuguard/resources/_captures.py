@@ -89,6 +89,25 @@ def _key(context: Context) -> tuple[object, int]:
     return (context._driver, context._int)
 
 
+def _stream_key(stream: Stream) -> tuple[object, int]:
+    """The driver context a capture on ``stream`` runs in.
+
+    A stream made elsewhere is asked (``cuStreamGetCtx``): whoever wrapped it
+    named a context, and the capture counts in the one the driver knows. A
+    refused query falls back to the named context.
+    """
+    if stream._owned:
+        return _key(stream._context)
+    err, ctx = driver.cuStreamGetCtx(stream._handle)
+    if err:
+        return _key(stream._context)
+    return (stream._context._driver, int(ctx))
+
+
+# stream handle -> the key its counted capture was counted under (capture_ended takes it off the same one)
+_began: dict[int, tuple[object, int]] = {}
+
+
 def may_capture(stream: Stream) -> None:
     """Mark ``stream`` as one a capture cuguard does not see may run on (its handle was handed out...).
 
@@ -115,10 +134,11 @@ def capture_began(stream: Stream, owners: dict[int, object]) -> None:
     """
     if not stream._may_capture:
         may_capture(stream)
-    key = _key(stream._context)
+    key = _stream_key(stream)
     with _lock:
         _counts[key] = _counts.get(key, 0) + 1
         _tables[int(stream._handle)] = owners
+        _began[int(stream._handle)] = key
 
 
 def capture_joined(stream: Stream, owners: dict[int, object]) -> None:
@@ -143,8 +163,8 @@ def capture_ended(stream: Stream) -> None:
     Call it once per :func:`capture_began`; a stream of a driver that is no
     longer installed is only forgotten.
     """
-    key = _key(stream._context)
     with _lock:
+        key = _began.pop(int(stream._handle), None) or _key(stream._context)
         _tables.pop(int(stream._handle), None)
         count = _counts.get(key, 0) - 1
         if count > 0:
