@@ -258,7 +258,7 @@ def _in_capture_mode(G: Any, mode: Any) -> str:
 def _typed_views(R: Any, buffer: Any, shape: Any, dtype: Any) -> tuple[Any, ...]:
     """A typed view of ``buffer``, what it says, and views of its own exports (DLPack, the CUDA Array Interface)."""
     view = R.StridedMemoryView.from_buffer(buffer, shape, dtype=dtype)
-    said = (view.ptr, view.shape, view.strides, view.dtype, view.size, view.device_id, view.readonly)
+    said: tuple[Any, ...] = (view.ptr, view.shape, view.strides, view.dtype, view.size, view.device_id, view.readonly)
     said += (view.is_device_accessible, view.exporting_obj is buffer, view.stream_ptr, view.__dlpack_device__())
     again = R.StridedMemoryView.from_dlpack(view, -1)
     interface = R.StridedMemoryView.from_cuda_array_interface(view, -1, device=buffer.device)

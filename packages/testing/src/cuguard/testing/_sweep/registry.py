@@ -926,6 +926,7 @@ def _build() -> list[Scenario]:
 
     out.extend(registry_memory.vmm_scenarios())
     out.extend(registry_memory.pool_scenarios())
+    out.extend(registry_memory.view_scenarios())
 
     # --- graphs: stream capture and the newer graph operations (registry_graphs) --------------
     from cuguard.testing._sweep import registry_graphs

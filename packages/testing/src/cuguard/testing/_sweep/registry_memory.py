@@ -14,7 +14,7 @@ from typing import Any
 
 from cuguard.testing._sweep.registry import SIZE, Env, Scenario, _ctx_probe, dev_only, with_stream
 
-__all__ = ["NO_DRIVER_CALL_MEMORY", "pool_scenarios", "vmm_scenarios"]
+__all__ = ["NO_DRIVER_CALL_MEMORY", "pool_scenarios", "view_scenarios", "vmm_scenarios"]
 
 _R = "resources."
 _NO_CALL_RESOURCE = "returns what the object recorded at creation"
@@ -272,6 +272,80 @@ for _cls in ("VirtualMemoryResource", "ManagedMemoryResource", "LegacyPinnedMemo
         NO_DRIVER_CALL_MEMORY[f"{_R}{_cls}.{_attr}"] = "reads what the resource recorded: no driver call"
 for _attr in ("granularity", "options"):
     NO_DRIVER_CALL_MEMORY[f"{_R}VirtualMemoryResource.{_attr}"] = _NO_CALL_RESOURCE
+
+
+# --- typed views -------------------------------------------------------------------------------
+#
+# A view makes driver calls only to order a producer's work before the consumer's stream: a wait
+# (an event recorded on the producer's stream, waited for, destroyed) or a synchronization.
+
+
+def _with_ordered_buffer(env: Env) -> SimpleNamespace:
+    s = with_stream(env)
+    s.other = env.own(s.dev.create_stream())
+    s.buf = env.own(s.dev.allocate(SIZE, s.stream))  # stream-ordered: its exports name its stream
+    return s
+
+
+def _views_probe(env: Env, s: Any) -> None:
+    s.stream.sync()
+    s.other.sync()
+    s.buf.fill(1, s.other)
+    s.other.sync()
+
+
+def view_scenarios() -> list[Scenario]:
+    """Typed views (``StridedMemoryView``) of a stream-ordered buffer, ordered before another stream."""
+    out: list[Scenario] = []
+    add = _adder(out)
+    V = _R + "StridedMemoryView"
+    add(
+        V + ".from_dlpack",
+        _with_ordered_buffer,
+        lambda e, s: e.resources.StridedMemoryView.from_dlpack(s.buf, s.other),  # the buffer's export waits
+        covers=(V + ".from_dlpack", V + ".from_any_interface", V + "()"),
+        probe=_views_probe,
+    )
+    add(
+        V + ".from_cuda_array_interface",
+        _with_ordered_buffer,
+        lambda e, s: e.resources.StridedMemoryView.from_cuda_array_interface(s.buf, s.other, device=s.dev),
+        probe=_views_probe,
+    )
+    add(
+        V + ".from_cuda_array_interface[synchronized]",
+        _with_ordered_buffer,
+        lambda e, s: e.resources.StridedMemoryView.from_cuda_array_interface(s.buf, device=s.dev),
+        covers=(V + ".from_cuda_array_interface",),
+        probe=_views_probe,
+    )
+    add(
+        V + ".from_buffer",
+        _with_ordered_buffer,
+        lambda e, s: e.resources.StridedMemoryView.from_buffer(s.buf, (SIZE // 4,), dtype="float32").__dlpack__(
+            stream=int(s.other.handle)  # a consumer on another stream waits for the buffer's
+        ),
+        probe=_views_probe,
+    )
+    return out
+
+
+for _attr in (
+    "device_id",
+    "dtype",
+    "exporting_obj",
+    "is_device_accessible",
+    "ptr",
+    "readonly",
+    "shape",
+    "size",
+    "stream_ptr",
+    "strides",
+):
+    NO_DRIVER_CALL_MEMORY[f"{_R}StridedMemoryView.{_attr}"] = "reads what the view recorded: no driver call"
+NO_DRIVER_CALL_MEMORY[_R + "args_viewable_as_strided_memory"] = (
+    "wraps a function: no driver call (the views its arguments make are swept as StridedMemoryView's class methods)"
+)
 
 
 # --- memory pools, pinned memory pools, IPC ----------------------------------------------------
