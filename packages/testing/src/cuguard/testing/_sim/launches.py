@@ -9,11 +9,14 @@ Rules (documented in the CUDA driver API unless marked assumed):
   the cooperative flag, the priority and programmatic stream serialization
   (others are accepted and ignored, assumed).
 - A launch priority outside the context's stream priority range (``[-5, 0]``,
-  as ``cuCtxGetStreamPriorityRange`` answers) is clamped into it, as stream
-  priorities are, and the launch succeeds; programmatic stream serialization is
-  accepted (compute capability 9.0, as the H200's). Both are recorded with the
-  launch; the simulator runs launches in stream order all the same (assumed:
-  letting a kernel start early is an optimization, never a guarantee).
+  as ``cuCtxGetStreamPriorityRange`` answers) is accepted, as an H200 (driver
+  580) accepts it (the differential scenario
+  ``launch_priority_and_programmatic_serialization``), and recorded clamped into
+  the range (assumed, as stream priorities are); programmatic stream
+  serialization is accepted, alone or with a priority, as on the H200. Both are
+  recorded with the launch; the simulator runs launches in stream order all the
+  same (assumed: letting a kernel start early is an optimization, never a
+  guarantee).
 - A cluster dimension must divide the grid and the cluster may hold at most 8
   blocks (the portable size; 16 with ``NON_PORTABLE_CLUSTER_SIZE_ALLOWED``):
   otherwise ``CUDA_ERROR_INVALID_CLUSTER_SIZE``. A device without
