@@ -57,8 +57,14 @@ def test_a_kernel_node_refuses_launch_settings_it_cannot_carry(dev: Device, modu
 
     kernel = module.get_kernel("fill_u32")
     with GraphDefinition(dev) as g, dev.allocate(64) as buf:
-        for config in (LaunchConfig(1, 16, cluster=1), LaunchConfig(1, 16, cooperative_launch=True)):
-            with record_calls() as log, pytest.raises(ValueError, match="cluster or cooperative"):
+        configs = (
+            LaunchConfig(1, 16, cluster=1),
+            LaunchConfig(1, 16, cooperative_launch=True),
+            LaunchConfig(1, 16, priority=-1),
+            LaunchConfig(1, 16, programmatic_stream_serialization=True),
+        )
+        for config in configs:
+            with record_calls() as log, pytest.raises(ValueError, match="cannot take a cluster, cooperative"):
                 g.launch(config, kernel, buf, 1, 16)
             assert "cuGraphAddKernelNode" not in [c.name for c in log]
 

@@ -125,6 +125,9 @@ def _end_capture(handle: Any) -> tuple[Any, Any]:
     return err, graph
 
 
+_WRONG_THREAD = 908  # CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+
+
 def _abandon_capture(handle: Any) -> tuple[Any, str]:
     """End a capture nobody will use and destroy its graph; ``(status, call)`` of the first failure (status 0: none)."""
     err, graph = _end_capture(handle)
@@ -135,9 +138,10 @@ def _abandon_capture(handle: Any) -> tuple[Any, str]:
         # Refused (from another thread than the one that began a global or thread-local capture, when
         # the builder is collected on cuguard's release thread, say): an H200 ends the capture anyway,
         # with no graph. Ask the driver: a capture that is over left nothing behind.
-        status_err, status = driver.cuStreamIsCapturing(handle)
-        if not status_err and int(status) == 0:
-            return 0, "cuStreamEndCapture"
+        if int(err) == _WRONG_THREAD:
+            status_err, status = driver.cuStreamIsCapturing(handle)
+            if not status_err and int(status) == 0:
+                return 0, "cuStreamEndCapture"
         return err, "cuStreamEndCapture"
     (err,) = driver.cuGraphDestroy(graph)
     return err, "cuGraphDestroy"

@@ -631,9 +631,12 @@ def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tup
         raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
-    if config.cluster is not None or config.cooperative_launch:
+    if config._ex:
         # A kernel node has no launch attributes here: dropping them silently would run another launch.
-        raise ValueError(f"a kernel node cannot take a cluster or cooperative launch configuration: {config!r}")
+        raise ValueError(
+            "a kernel node cannot take a cluster, cooperative, priority or programmatic-serialization "
+            f"launch configuration: {config!r}"
+        )
     kernel.module._check_open()
     owners: list[object] = [kernel, kernel.module]
     for arg in args:

@@ -320,7 +320,12 @@ class Resource(Unique):
             )
             return
         try:
-            status, call = self._release(False)
+            if self._capture_unsafe_release:
+                # Memory: the whole release runs relaxed, a stream-ordered free too (an H200 refused one
+                # during another thread's global capture): a collection never breaks a capture (G6).
+                status, call = _unprohibited(lambda _handle: self._release(False), self._handle)
+            else:
+                status, call = self._release(False)
         except CUDAError as exc:  # the driver itself is gone
             report_error(exc, self._handle, f"the {self._what} was leaked")
             return

@@ -468,8 +468,12 @@ class Buffer(Resource):
         mr = self._mr
         if mr is None:
             free_on = stream if stream is not None else self._stream
-            if free_on is not None and not free_on._closed and not free_on._may_capture:
-                # The hot path: a stream-ordered free on a stream no capture can be running on.
+            if free_on is not None and not free_on._closed:
+                # The hot path: a stream-ordered free. On a stream a capture may run on (its handle was
+                # handed out...), one cuStreamIsCapturing first: a free is never queued into a capture (G6).
+                if free_on._may_capture and _captures.stream_capturing(free_on):
+                    _release_later(self, stream)
+                    return
                 self._closed = True
                 fp = _fp
                 try:

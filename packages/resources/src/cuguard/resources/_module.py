@@ -28,6 +28,7 @@ from cuguard.errors import (
     refuse_construction,
     wrong_kind,
 )
+from cuguard.resources import _captures
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._launch import KernelAttributes, KernelOccupancy, launch_ex
@@ -35,7 +36,7 @@ from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._objectcode import LOADABLE, ObjectCode, share_lowered_names
 from cuguard.resources._params import KernelParameter, Signature, parse_ptx_signatures, query_signature
 from cuguard.resources._stream import Stream, as_stream
-from cuguard.resources._view import StridedMemoryView
+from cuguard.resources._view import StridedMemoryView, used_memory
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "launch"]
 
@@ -83,6 +84,9 @@ class Module(Resource):
     __slots__ = ("_device", "_signatures", "_symbols")
     _what = "module"
     _factory = "Device.load_module() or Module.load()"
+    # cuModuleUnload is one of the calls a global capture prohibits (an H200 refused a collected module's
+    # unload beside a capture): releases run with the thread in relaxed capture mode (G6).
+    _capture_unsafe_release = True
     _device: int
     _signatures: dict[str, tuple[KernelParameter, ...]]
     _symbols: dict[str, str]
@@ -568,6 +572,10 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         del keep  # the driver copied the arguments
         if err:
             raise_status(err, "cuLaunchKernel")
+    if _captures._tables:
+        owners = _captures.captured_into(stream)
+        if owners is not None:  # captured: the graph keeps the kernel and the memory it uses from now on (G6)
+            _captures.retain_captured(owners, [kernel, module, *used_memory(args)])
     if attributing():
         wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
 
