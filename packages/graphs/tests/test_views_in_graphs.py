@@ -68,10 +68,6 @@ def test_memory_under_a_captured_view_is_not_freed_before_the_graph_is_gone(
 
 
 @pytest.mark.contract("W5")
-@pytest.mark.xfail(
-    strict=True,
-    reason="a kernel node keeps the Buffer and PinnedBuffer arguments it is given, not the buffer under a view",
-)
 def test_memory_under_a_view_of_a_kernel_node_is_not_freed_before_the_graph_is_gone(
     cuguard_driver: Any, dev: Device, stream: Stream, module: Module
 ) -> None:

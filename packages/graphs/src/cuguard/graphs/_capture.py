@@ -41,9 +41,10 @@ from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _typ
 from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
-from cuguard.resources import Buffer, Event, Kernel, LaunchConfig, PinnedBuffer, Stream, launch
+from cuguard.resources import Event, Kernel, LaunchConfig, Stream, launch
 from cuguard.resources._captures import capture_began, capture_ended, capture_joined, capture_left, retain_captured
 from cuguard.resources._memory import graph_let_go
+from cuguard.resources._view import used_memory
 
 __all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mode"]
 
@@ -666,9 +667,7 @@ class GraphBuilder(_Collected):
             raise wrong_kind("kernel", "a Kernel", kernel)
         self._check_capturing("launch")
         launch(self._stream, config, kernel, *args)
-        owners: list[object] = [kernel, kernel.module]
-        owners.extend(arg for arg in args if isinstance(arg, Buffer | PinnedBuffer))
-        self._retain(owners)
+        self._retain([kernel, kernel.module, *used_memory(args)])
 
     def _retain(self, owners: list[object]) -> None:
         """Keep ``owners`` alive with the capture's graph; memory among them is used by a graph from now on (G6)."""

@@ -37,6 +37,7 @@ from cuguard.resources import (
     PinnedBuffer,
     pack_args,
 )
+from cuguard.resources._view import used_memory
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import ConditionalBody, GraphCondition
@@ -639,10 +640,10 @@ def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tup
         )
     kernel.module._check_open()
     owners: list[object] = [kernel, kernel.module]
-    for arg in args:
-        if isinstance(arg, Buffer | PinnedBuffer):
-            arg._check_open()
-            owners.append(arg)
+    for used in used_memory(args):  # buffers, and each view with the buffer under it (W5)
+        if isinstance(used, Buffer | PinnedBuffer):
+            used._check_open()
+        owners.append(used)
     gx, gy, gz, bx, by, bz = config.dims()
     params = _types().CUDA_KERNEL_NODE_PARAMS()
     params.func = kernel.handle
