@@ -303,38 +303,16 @@ class Buffer(Resource):
         into it.
         """
         try:
-            interface = obj.__cuda_array_interface__
+            interface = _dlpack.read_cuda_array_interface(obj, "a Buffer")
         except AttributeError:
             raise wrong_kind("obj", "an object with __cuda_array_interface__", obj) from None
         if stream is not None and type(stream) is not Stream:
             stream = as_stream(stream, "stream")
-        if not isinstance(interface, dict):
-            raise BufferError(f"__cuda_array_interface__ of {type(obj).__name__} is not a dict")
-        if interface.get("mask") is not None:
-            raise BufferError("masked arrays cannot be imported as a Buffer")
-        try:
-            shape = tuple(int(n) for n in interface["shape"])
-            itemsize = int(str(interface["typestr"])[2:])
-            ptr = int(interface["data"][0])
-            strides = interface.get("strides")
-            producer = interface.get("stream")
-            count = 1
-            for n in shape:
-                count *= n
-            contiguous = True
-            if strides is not None and count:
-                expected = itemsize
-                for n, step in zip(reversed(shape), reversed(tuple(strides)), strict=True):
-                    contiguous = contiguous and (n == 1 or int(step) == expected)
-                    expected *= n
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise BufferError(f"malformed __cuda_array_interface__ of {type(obj).__name__}: {exc}") from None
-        if not contiguous:
+        if not _dlpack.c_contiguous(interface.shape, interface.strides, interface.itemsize):
             raise BufferError("only C-contiguous arrays can be imported as a Buffer")
-        if ptr < 0 or count < 0:
-            raise BufferError(f"malformed __cuda_array_interface__ of {type(obj).__name__}: negative address or size")
-        buf = cls._foreign(ptr, count * itemsize, device, obj)
-        if producer is not None and not isinstance(producer, bool) and isinstance(producer, int) and producer:
+        buf = cls._foreign(interface.ptr, interface.count * interface.itemsize, device, obj)
+        producer = interface.stream
+        if producer is not None:
             theirs = Stream._make(driver_types().CUstream(producer), buf._context, buf._device, owned=False)
             if stream is not None:
                 stream.wait(theirs)
