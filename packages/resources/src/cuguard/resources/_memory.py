@@ -449,9 +449,16 @@ class Buffer(Resource):
             if free_on is not None and not free_on._closed:
                 # The hot path: a stream-ordered free. On a stream a capture may run on (its handle was
                 # handed out...), one cuStreamIsCapturing first: a free is never queued into a capture (G6).
-                if free_on._may_capture and _captures.stream_capturing(free_on):
-                    _release_later(self, stream)
-                    return
+                if free_on._may_capture:
+                    try:
+                        capturing = _captures.stream_capturing(free_on)
+                    except CUDAError:  # asked inside a host function, where CUDA forbids calls (O5)
+                        if not in_driver_callback():
+                            raise
+                        capturing = True  # the release thread frees it
+                    if capturing:
+                        _release_later(self, stream)
+                        return
                 self._closed = True
                 fp = _fp
                 try:
