@@ -36,7 +36,7 @@ from cuguard.errors import (
     report_error,
 )
 from cuguard.resources import _captures
-from cuguard.resources._relaxed import on_own_behalf, relax, restore
+from cuguard.resources._relaxed import relax, restore
 
 __all__ = ["Resource"]
 
@@ -175,7 +175,7 @@ class Resource(Unique):
             if self._capture_unsafe_release:
                 # Memory's free runs relaxed too: an explicit close never breaks a capture (G6); a refused
                 # exchange of the thread's mode raises as an ordinary call does (E1, G4).
-                return call_in(self._context, on_own_behalf, None, release, None, self._handle)  # type: ignore[no-any-return]
+                return call_in(self._context, self._release_relaxed, None, release)
 
             return call_in(self._context, release, None, self._handle)
         resource = (self._what, self._handle)
@@ -184,6 +184,33 @@ class Resource(Unique):
         else:
             result = cleanup_in(self._context, step, self._handle, resource=resource)
         return result if result is not None else (0, "")
+
+    def _release_relaxed(self, release: Callable[[Any], tuple[Any, str]]) -> tuple[Any, str]:
+        """``release(handle)`` of an explicit close with the thread in relaxed capture mode (G6).
+
+        A refused switch to relaxed mode leaks the object and raises saying so
+        (nothing was released); a refused restore is a note on the release's own
+        error (G4), or raised after a successful release (E1): the thread stays
+        in relaxed capture mode.
+        """
+        err, previous = relax()
+        if err:
+            self._release_failed(err, "cuThreadExchangeStreamCaptureMode")
+        try:
+            result = release(self._handle)
+        except BaseException as exc:
+            err = restore(previous)
+            if err:
+                add_failure_note(exc, CUDAError(err, "cuThreadExchangeStreamCaptureMode", "the thread stays relaxed"))
+            raise
+        err = restore(previous)
+        if err:
+            raise CUDAError(
+                err,
+                "cuThreadExchangeStreamCaptureMode",
+                f"the {self._what} was released; the thread stays in relaxed capture mode",
+            )
+        return result
 
     def _context_gone(self) -> None:
         """Handle an explicit close while the context refuses use (O3, O4); raises for an owned resource.
