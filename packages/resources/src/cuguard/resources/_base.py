@@ -91,6 +91,8 @@ class Resource(Unique):
     # cuCtxSynchronize): a collection of it runs them with the thread in relaxed capture mode, so
     # that it never invalidates a capture in progress (O6). Explicit close() makes them as asked.
     _capture_unsafe_release: ClassVar[bool] = False
+    # Whether an explicit close() runs relaxed as well (memory: a free never breaks a capture, G6).
+    _explicit_release_relaxed: ClassVar[bool] = True
     _handle: Any
     _context: Context
     _closed: bool
@@ -172,7 +174,7 @@ class Resource(Unique):
                     self._release_failed(status, call)
                 return status, call
 
-            if self._capture_unsafe_release:
+            if self._capture_unsafe_release and self._explicit_release_relaxed:
                 # Memory's free runs relaxed too: an explicit close never breaks a capture (G6); a refused
                 # exchange of the thread's mode raises as an ordinary call does (E1, G4).
                 return call_in(self._context, self._release_relaxed, None, release)

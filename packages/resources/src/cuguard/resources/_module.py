@@ -85,8 +85,9 @@ class Module(Resource):
     _what = "module"
     _factory = "Device.load_module() or Module.load()"
     # cuModuleUnload is one of the calls a global capture prohibits (an H200 refused a collected module's
-    # unload beside a capture): releases run with the thread in relaxed capture mode (G6).
+    # unload beside a capture): collections run with the thread in relaxed capture mode (G6).
     _capture_unsafe_release = True
+    _explicit_release_relaxed = False  # an explicit unload keeps CUDA's rule (the user's own request)
     _device: int
     _signatures: dict[str, tuple[KernelParameter, ...]]
     _symbols: dict[str, str]
