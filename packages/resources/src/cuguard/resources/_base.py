@@ -338,9 +338,11 @@ class Resource(Unique):
         context = self._context
         if context._closed and not context._released:  # its driver went away meanwhile (O3)
             return
-        if self._capture_unsafe_release and self._capture_wait():
-            _captures.wait_for_capture(self)
-            return
+        if self._capture_unsafe_release:
+            since = _captures.generation()
+            if self._capture_wait():
+                _captures.wait_for_capture(self, since)
+                return
         if context._closed:
             report_error(
                 ResourceClosedError(f"{self._what} not released: its context {context!r} was closed before it"),

@@ -55,6 +55,7 @@ __all__ = [
     "capture_left",
     "captured_into",
     "context_capturing",
+    "generation",
     "may_capture",
     "release_waiting",
     "retain_captured",
@@ -73,6 +74,7 @@ _counts: dict[tuple[object, int], int] = {}
 _tables: dict[int, dict[int, object]] = {}
 # Releases waiting for a capture to end, in the order they became due.
 _waiting: list[Resource] = []
+_ended = [0]  # counted captures ended so far (wait_for_capture's check for an end it raced with)
 
 
 # Streams someone else may capture (``Stream._may_capture``), by driver context: before a release that needs
@@ -166,6 +168,7 @@ def capture_ended(stream: Stream) -> None:
     with _lock:
         key = _began.pop(int(stream._handle), None) or _key(stream._context)
         _tables.pop(int(stream._handle), None)
+        _ended[0] += 1
         count = _counts.get(key, 0) - 1
         if count > 0:
             _counts[key] = count
@@ -238,10 +241,23 @@ def stream_capturing(stream: Stream) -> bool:
     return not err and int(status) != _CAPTURE_NONE
 
 
-def wait_for_capture(resource: Resource) -> None:
-    """Queue ``resource``'s release (already closed for use) until the capture in its way ends."""
+def generation() -> int:
+    """How many counted captures have ended so far: read it before asking whether a release must wait."""
+    return _ended[0]
+
+
+def wait_for_capture(resource: Resource, since: int | None = None) -> None:
+    """Queue ``resource``'s release (already closed for use) until the capture in its way ends.
+
+    ``since`` is :func:`generation` read before the caller decided to wait:
+    when a capture ended in between (on another thread), the waiting
+    releases are asked again at once, so none waits for an end already past.
+    """
     with _lock:
         _waiting.append(resource)
+        stale = since is not None and since != _ended[0]
+    if stale:
+        release_waiting()
 
 
 _running = threading.local()
