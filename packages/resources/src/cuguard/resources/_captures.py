@@ -291,10 +291,14 @@ def release_waiting() -> None:
         return
     _running.active = True
     try:
-        with _lock:
-            due = _waiting[:]
-            _waiting.clear()
-        for resource in due:
-            resource._release_collected()  # queues itself again while its capture goes on
+        while True:
+            with _lock:
+                ended = _ended[0]
+                due = _waiting[:]
+                _waiting.clear()
+            for resource in due:
+                resource._release_collected()  # queues itself again while its capture goes on
+            if _ended[0] == ended:
+                break  # no capture ended meanwhile (one of these releases may end one): nothing more is due
     finally:
         _running.active = False
