@@ -30,7 +30,7 @@ DOCS = Path(__file__).resolve().parent
 PAGES = ["getting-started.md", "contract.md", "testing.md", "without-a-gpu.md", "coming-from-cuda-core.md"]
 CLAUSES = [
     *(f"E{i}" for i in range(1, 6)),
-    *(f"G{i}" for i in range(1, 6)),
+    *(f"G{i}" for i in range(1, 7)),
     *(f"W{i}" for i in range(1, 7)),
     *(f"C{i}" for i in range(1, 5)),
     *(f"O{i}" for i in range(1, 7)),
