@@ -536,6 +536,16 @@ class GraphBuilder(_Collected):
         # closing the wrapper destroyed nothing, so the capture goes on in the driver until ended here.
         return _abandon_capture(stream._handle)
 
+    def _capture_goes_on(self) -> None:
+        """The capture could not be ended: it stays counted for good (G6).
+
+        The driver goes on capturing on the stream (leaked with it, W5): the
+        releases that would break that capture (a ``cuCtxSynchronize`` in its
+        context, a free queued on its stream) keep waiting rather than break it.
+        """
+        if self._capture is not None:
+            self._capture.counted_end = True  # _finish must not count its end
+
     def _abandon(self, exc: BaseException) -> None:
         """End this root's capture after ``exc``: destroy its graph, close the forks; failures are notes."""
         try:
@@ -544,6 +554,8 @@ class GraphBuilder(_Collected):
             add_failure_note(exc, failure)
         else:
             if err:
+                if call == "cuStreamEndCapture":
+                    self._capture_goes_on()
                 add_failure_note(exc, err, call, self._stream._handle)
         self._finish(exc)
 
@@ -1017,6 +1029,8 @@ class GraphBuilder(_Collected):
         if self._building:
             err, call = self._abandon_capture()
             if err:
+                if call == "cuStreamEndCapture":
+                    self._capture_goes_on()
                 try:
                     raise_status(err, call)
                 except CUDAError as exc:
@@ -1060,6 +1074,8 @@ class GraphBuilder(_Collected):
             if self._building:
                 err, call = self._abandon_capture()
                 if err:
+                    if call == "cuStreamEndCapture":
+                        self._capture_goes_on()
                     report(err, call, self._stream._handle, "the capture's graph was leaked")
             self._finish(None, warn=True)
             if self._parent is not None:  # a body builder's stream is its own
