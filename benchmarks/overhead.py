@@ -208,7 +208,15 @@ class Env:
         self.dev.set_current()
         self.ctx = self.dev.context
         self.stream = self.dev.create_stream()
-        self.hstream = self.stream.handle
+        # The raw variants queue on a stream of their own, made with the same flags as
+        # cuguard's (blocking, default priority). Reading ``self.stream.handle`` instead
+        # would hand the handle out, and cuguard then has to assume someone else may
+        # capture that stream (a ``cuStreamIsCapturing`` query before each
+        # stream-ordered allocation and free), which a program that keeps to cuguard's
+        # API never pays.
+        err, self.hstream = raw.cuStreamCreate(0)
+        if err:
+            _fail(err, "cuStreamCreate")
         self.core: Any = None
         self.core_reason = "skipped on the simulated driver" if simulated else None
         self.cdev: Any = None
@@ -238,15 +246,20 @@ class Env:
         if other is not None:
             other.close()
         self.stream.close()
+        (err,) = self.D.cuStreamDestroy(self.hstream)
+        if err:
+            _fail(err, "cuStreamDestroy")
         if self.cstream is not None:
             with contextlib.suppress(Exception):
                 self.cstream.close()
         gc.collect()
 
     def sync(self) -> None:
+        """Drain the raw variants' stream and cuguard's (untimed, after each batch)."""
         (err,) = self.D.cuStreamSynchronize(self.hstream)
         if err:
             _fail(err, "cuStreamSynchronize")
+        self.stream.sync()
 
     def csync(self) -> None:
         self.cstream.sync()
