@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.context._context import call_switched
@@ -17,6 +17,7 @@ from cuguard.errors import (
     driver_token,
     int_argument,
     raise_status,
+    wrong_kind,
 )
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._memory import Buffer, PinnedBuffer
@@ -30,6 +31,10 @@ from cuguard.resources._stream import (
     driver_types,
     refuse_capturing_allocation,
 )
+
+if TYPE_CHECKING:
+    from cuguard.resources._memres import MemoryResource
+    from cuguard.resources._pools import DeviceMemoryResource
 
 __all__ = ["Device", "MemoryInfo"]
 
@@ -129,13 +134,15 @@ class Device:
     a pickled device unpickles as ``Device(ordinal)`` of the driver installed then.
     """
 
-    __slots__ = ("_context", "_driver", "_handle", "_ordinal", "_properties")
+    __slots__ = ("_context", "_default_mr", "_driver", "_handle", "_memory_resource", "_ordinal", "_properties")
 
     _ordinal: int
     _handle: Any
     _context: Context | None
     _driver: Any
     _properties: DeviceProperties | None
+    _memory_resource: MemoryResource[Any] | None  # the one set by the program, which allocate() then uses
+    _default_mr: DeviceMemoryResource | None  # the device's default resource, made on first read
 
     def __new__(cls, ordinal: int | None = None) -> Device:
         if ordinal is None:
@@ -161,6 +168,8 @@ class Device:
             self._handle = handle
             self._context = None
             self._properties = None
+            self._memory_resource = None
+            self._default_mr = None
             self._driver = driver_token()
             devices[ordinal] = self
         return self
@@ -321,6 +330,64 @@ class Device:
                 context = self._context = Context.primary(self._ordinal)
         return context
 
+    @property
+    def memory_resource(self) -> MemoryResource[Any]:
+        """The memory resource :meth:`allocate` uses: the device's default one, or the one set here.
+
+        The default is a :class:`~cuguard.resources.DeviceMemoryResource`
+        over the device's current memory pool (the driver's default pool
+        unless one was made current elsewhere), made on first read and the
+        same object afterwards; it owns nothing (closing it destroys no pool).
+        While it is the resource, :meth:`allocate` keeps its own allocation:
+        stream-ordered from that same pool (``cuMemAllocAsync``) or
+        synchronous (``cuMemAlloc``), its buffers not counted by the resource
+        (``buf.memory_resource`` is ``None``).
+
+        Setting another :class:`~cuguard.resources.MemoryResource` (a pinned,
+        managed, virtual memory or legacy pinned resource, another pool, a
+        program's own subclass) makes :meth:`allocate` hand out that
+        resource's buffers (:class:`~cuguard.resources.PinnedBuffer` objects
+        from a host resource), for every thread; the device keeps the resource
+        alive meanwhile. Setting the default resource again restores the
+        default allocation. Another kind of object (``None`` included) raises
+        ``TypeError``, a resource of another device ``ValueError``, a closed
+        resource or one of a driver no longer installed
+        ``ResourceClosedError``; the resource is then unchanged.
+
+        Reading the default the first time asks the driver for the current
+        pool (``cuDeviceGetMemPool``, after retaining the primary context): a
+        refusal raises :class:`~cuguard.errors.CUDAError` (a device without
+        memory pools: ``CUDA_ERROR_NOT_SUPPORTED``) and nothing is kept. A
+        device of a driver no longer installed raises ``ResourceClosedError``.
+        """
+        self._check_driver()
+        mr = self._memory_resource
+        if mr is not None:
+            return mr
+        default = self._default_mr
+        if default is None:
+            from cuguard.resources._pools import DeviceMemoryResource
+
+            made = DeviceMemoryResource(self)
+            with _devices_lock:  # one default per device, whichever thread made it first
+                default = self._default_mr
+                if default is None:
+                    default = self._default_mr = made
+        return default
+
+    @memory_resource.setter
+    def memory_resource(self, mr: MemoryResource[Any]) -> None:
+        from cuguard.resources._memres import MemoryResource
+
+        if not isinstance(mr, MemoryResource):
+            raise wrong_kind("memory_resource", "a MemoryResource (DeviceMemoryResource, PinnedMemoryResource...)", mr)
+        self._check_driver()
+        mr._check_usable()
+        device = mr.device_id
+        if device is not None and device != self._ordinal:
+            raise ValueError(f"{mr!r} allocates memory of device {device}, not of {self!r}")
+        self._memory_resource = None if mr is self._default_mr else mr
+
     def set_current(self) -> Context | None:
         """Make the device's primary context current; return the previously current context."""
         return self.context.set_current()
@@ -476,8 +543,12 @@ class Device:
             return event
         return Event._create(context, self._ordinal, timing)
 
-    def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
+    def allocate(self, size: int, stream: Stream | None = None) -> Buffer | PinnedBuffer:
         """Allocate ``size`` bytes of device memory.
+
+        With a :attr:`memory_resource` set other than the default, this is
+        that resource's ``allocate(size, stream)``: its buffers, its rules and
+        its errors (a :class:`PinnedBuffer` from a host resource). Otherwise:
 
         With ``stream`` (a stream of this device; another device's stream
         raises ``ValueError``) the allocation is stream-ordered on it, and the
@@ -493,6 +564,10 @@ class Device:
         asked. Raises :class:`~cuguard.errors.CUDAError` if the driver
         refuses; nothing is allocated then.
         """
+        mr = self._memory_resource
+        if mr is not None:
+            made: Buffer | PinnedBuffer = mr.allocate(size, stream)
+            return made
         context = self._context
         if context is None:
             context = self.context

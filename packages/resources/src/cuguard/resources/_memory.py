@@ -734,6 +734,29 @@ def _check_size(got: int, want: int) -> None:
         raise ValueError(f"size mismatch: {got} bytes against a buffer of {want} bytes")
 
 
+def _copy_pinned(dst: PinnedBuffer, src: PinnedBuffer, stream: Any) -> None:
+    """Copy pinned memory into pinned memory (the one case :class:`Buffer`'s copies do not cover).
+
+    Queued with ``cuMemcpyAsync`` on ``stream``, else ``cuMemcpy`` in ``dst``'s context (its
+    addresses are unified). Kinds, closed buffers and sizes are checked before the driver is
+    asked (E3, O1); a refusal raises :class:`~cuguard.errors.CUDAError`.
+    """
+    if stream is not None and type(stream) is not Stream:
+        stream = as_stream(stream)
+    to, source = dst.address, src.address
+    _check_size(src._size, dst._size)
+    if stream is None:
+        (err,) = call_in(dst._context, driver.cuMemcpy, None, to, source, dst._size)
+        call = "cuMemcpy"
+    else:
+        (err,) = driver.cuMemcpyAsync(to, source, dst._size, stream.handle)
+        call = "cuMemcpyAsync"
+    if err:
+        raise_status(err, call)
+    if stream is not None and _captures._tables:
+        _note_captured(stream, dst, src)
+
+
 class PinnedBuffer(Resource):
     """Page-locked host memory, fast to copy to and from devices.
 
@@ -811,6 +834,43 @@ class PinnedBuffer(Resource):
         raw._cuguard_owner = self  # the view's base keeps this buffer alive
         self._views = [ref for ref in self._views if ref() is not None] + [weakref.ref(raw)]
         return np.frombuffer(raw, dtype=dtype)
+
+    def copy_from(self, src: Any, stream: Stream | None = None) -> None:
+        """Copy all of ``src`` into this memory.
+
+        ``src`` is a :class:`Buffer` or a :class:`PinnedBuffer` of any kind
+        (:meth:`Device.allocate`, a memory pool, managed, virtual or legacy
+        pinned memory), of exactly ``size`` bytes; host objects are read and
+        written through :meth:`numpy` instead. With ``stream`` (a
+        :class:`Stream`, any ``__cuda_stream__`` object, or a ``GraphBuilder``)
+        the copy is queued on it; without, it completes before returning.
+        Device memory is copied as :meth:`Buffer.copy_to` does, pinned memory
+        with ``cuMemcpyAsync`` (``cuMemcpy`` without a stream, in this
+        buffer's context). Another kind of ``src`` or ``stream`` raises
+        ``TypeError``, a size mismatch ``ValueError``, a closed buffer or
+        stream ``ResourceClosedError``, all before the driver is asked; a
+        refusal raises :class:`~cuguard.errors.CUDAError` and nothing was
+        queued. A copy queued on a stream being captured by a
+        ``GraphBuilder`` keeps both buffers alive with the graph (G6, W5).
+        """
+        if isinstance(src, Buffer):
+            src.copy_to(self, stream)
+        elif isinstance(src, PinnedBuffer):
+            _copy_pinned(self, src, stream)
+        else:
+            raise wrong_kind("src", "a Buffer or a PinnedBuffer (host objects: through numpy())", src)
+
+    def copy_to(self, dst: Any, stream: Stream | None = None) -> None:
+        """Copy this memory into ``dst``, a :class:`Buffer` or :class:`PinnedBuffer` of any kind.
+
+        Same rules as :meth:`copy_from`.
+        """
+        if isinstance(dst, Buffer):
+            dst.copy_from(self, stream)
+        elif isinstance(dst, PinnedBuffer):
+            _copy_pinned(dst, self, stream)
+        else:
+            raise wrong_kind("dst", "a Buffer or a PinnedBuffer (host objects: through numpy())", dst)
 
     def close(self, stream: Any = None) -> None:
         """Free the memory now (see :meth:`Resource.close`).

@@ -9,10 +9,11 @@ destroyed again before the error propagates (G1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cuguard.context import Context, call_in, init_driver
+from cuguard.context import Context, call_in
 from cuguard.errors import (
     INT_LIMIT,
     SIZE_LIMIT,
@@ -209,26 +210,30 @@ def _destroy_status(pool: Any) -> tuple[Any, str]:
     return err, "cuMemPoolDestroy"
 
 
-def _grant_access(pool: Any, device: int) -> None:
+def _grant_access(pool: Any, devices: Sequence[int]) -> None:
+    """Read-write access to ``pool`` for each of ``devices``, in one ``cuMemPoolSetAccess``."""
     types = driver_types()
-    desc = types.CUmemAccessDesc()
-    desc.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    desc.location.id = device
-    desc.flags = types.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-    (err,) = driver.cuMemPoolSetAccess(pool, [desc], 1)
+    descs = []
+    for device in devices:
+        desc = types.CUmemAccessDesc()
+        desc.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = device
+        desc.flags = types.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        descs.append(desc)
+    (err,) = driver.cuMemPoolSetAccess(pool, descs, len(descs))
     if err:
         raise_status(err, "cuMemPoolSetAccess")
 
 
-def _create_pool(props: Any, settings: list[tuple[str, int]], access: int | None = None) -> Any:
-    """``cuMemPoolCreate``, each attribute, then ``access`` for a device; a failed step destroys the pool (G1)."""
+def _create_pool(props: Any, settings: list[tuple[str, int]], access: Sequence[int] = ()) -> Any:
+    """``cuMemPoolCreate``, each attribute, then ``access`` for those devices; a failed step destroys the pool (G1)."""
     err, pool = driver.cuMemPoolCreate(props)
     if err:
         raise_status(err, "cuMemPoolCreate")
     try:
         for name, value in settings:
             _set_attribute(pool, name, value)
-        if access is not None:
+        if access:
             _grant_access(pool, access)
     except CUDAError as exc:
         try:
@@ -626,18 +631,23 @@ class DeviceMemoryResource(_PoolResource):
 class PinnedMemoryResource(_PoolResource):
     """Stream-ordered page-locked host memory from a host memory pool (``cuda.core``'s ``PinnedMemoryResource``).
 
-    The pool lives on host NUMA node ``options.numa_id`` (0 by default) and
-    ``device`` (a :class:`Device` or ordinal) is given read-write access to
-    it: creation is ``cuMemPoolCreate``, the options, then
-    ``cuMemPoolSetAccess``, all or nothing (a failed step destroys the new
-    pool before the error propagates), with the thread in relaxed capture
-    mode (a capture in progress in any thread neither refuses nor is
-    invalidated by it, G6). A driver whose memory pools cannot live
-    on the host refuses with :class:`~cuguard.errors.CUDAError`
-    (``CUDA_ERROR_NOT_SUPPORTED`` or ``CUDA_ERROR_INVALID_VALUE``), nothing
-    created. Buffers are :class:`PinnedBuffer` objects, readable by the host
-    (``buf.numpy()``) and usable in copies of ``device``. ``close()``
-    destroys the pool; its buffers stay valid until freed.
+    The pool lives on host NUMA node ``options.numa_id`` (0 by default), and
+    every device of the process is given read-write access to it, so its
+    memory works in copies and kernels of any device (a pool that only one
+    device may use faults or blocks when another device touches it).
+    ``device`` (a :class:`Device` or ordinal) is the device whose primary
+    context the resource belongs to. Creation is ``cuDeviceGetCount``,
+    ``cuMemPoolCreate``, the options, then one ``cuMemPoolSetAccess`` for
+    every device, all or nothing (a failed step destroys the new pool before
+    the error propagates, G1), with the thread in relaxed capture mode (a
+    capture in progress in any thread neither refuses nor is invalidated by
+    it, G6). A driver whose memory pools cannot live on the host, or a
+    device that may not use them, refuses with
+    :class:`~cuguard.errors.CUDAError` (``CUDA_ERROR_NOT_SUPPORTED`` or
+    ``CUDA_ERROR_INVALID_VALUE``), nothing created. Buffers are
+    :class:`PinnedBuffer` objects, readable by the host (``buf.numpy()``) and
+    usable in copies (:meth:`PinnedBuffer.copy_to`) of every device.
+    ``close()`` destroys the pool; its buffers stay valid until freed.
     """
 
     __slots__ = ()
@@ -651,16 +661,17 @@ class PinnedMemoryResource(_PoolResource):
             raise wrong_kind("options", "a PinnedMemoryResourceOptions or None", options)
         max_size = int_argument("max_size", options.max_size)
         settings = _settings(options)
+        numa_id = int_argument("numa_id", options.numa_id, 0, INT_LIMIT)
         context = dev.context
-        init_driver()
+        devices = range(dev.count())  # every device of the process may use pinned memory
         types = driver_types()
         props = types.CUmemPoolProps()
         props.allocType = types.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         props.location.type = types.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST_NUMA
-        props.location.id = int_argument("numa_id", options.numa_id, 0, INT_LIMIT)
+        props.location.id = numa_id
         props.handleTypes = types.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
         props.maxSize = max_size
-        pool = on_own_behalf(_create_pool, _pool_destroy, props, settings, dev.ordinal)  # never meets a capture (G6)
+        pool = on_own_behalf(_create_pool, _pool_destroy, props, settings, devices)  # never meets a capture (G6)
         self._setup(pool, context, dev.ordinal, owned=True, ipc=False, imported=False)
 
     @property
