@@ -31,6 +31,7 @@ from cuguard.resources import (
     Module,
     PinnedBuffer,
     Stream,
+    _race,
     as_stream,
     wait_attributed,
 )
@@ -192,6 +193,8 @@ class Graph(_Collected):
             (err,) = driver.cuGraphLaunch(self._handle, hstream)
         if err:
             raise_status(err, "cuGraphLaunch")
+        if _race.ON:
+            _race.graph_launched(stream, self._owners.values())  # one operation writing what its nodes use (B7)
         if attributing():
             kinds = self._signature[0]
             wait_attributed(

@@ -80,6 +80,9 @@ from cuguard.resources._program import ProgramCache as ProgramCache
 from cuguard.resources._program import ProgramOptions as ProgramOptions
 from cuguard.resources._program import link as link
 from cuguard.resources._properties import DeviceProperties as DeviceProperties
+from cuguard.resources._race import RaceWarning as RaceWarning
+from cuguard.resources._race import racecheck as racecheck
+from cuguard.resources._race import racecheck_enabled as racecheck_enabled
 from cuguard.resources._stream import Event as Event
 from cuguard.resources._stream import Stream as Stream
 from cuguard.resources._stream import as_stream as as_stream
@@ -120,6 +123,7 @@ __all__ = [
     "Program",
     "ProgramCache",
     "ProgramOptions",
+    "RaceWarning",
     "Resource",
     "Stream",
     "StridedMemoryView",
@@ -132,6 +136,8 @@ __all__ = [
     "link",
     "memory_in_use",
     "pack_args",
+    "racecheck",
+    "racecheck_enabled",
     "system",
     "wait_attributed",
 ]

@@ -19,6 +19,7 @@ from cuguard.errors import (
     raise_status,
     wrong_kind,
 )
+from cuguard.resources import _race
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._module import Module
@@ -160,6 +161,8 @@ class Device:
             if found is not None:
                 return found  # type: ignore[no-any-return]
             init_driver()
+            if _race.PENDING:
+                _race.read_environment()  # CUGUARD_RACECHECK, read at the first driver use (B7)
             err, handle = driver.cuDeviceGet(ordinal)
             if err:
                 raise_status(err, "cuDeviceGet")
@@ -419,6 +422,8 @@ class Device:
         :class:`~cuguard.errors.CUDAError`.
         """
         call_in(self.context, _ctx_sync, None)
+        if _race.ON:
+            _race.context_synced(self.context)
 
     def create_stream(self, obj: Any = None, *, non_blocking: bool = False, priority: int | None = None) -> Stream:
         """A new stream on this device (``non_blocking``: does not wait on the legacy default stream).
@@ -474,9 +479,14 @@ class Device:
             stream._closed = False
             stream._lender = stream._borrowers = None
             stream._may_capture = False
+            if _race.ON:
+                _race.stream_created(stream, bool(non_blocking))
             return stream
         handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
-        return Stream._make(handle, context, self._ordinal)
+        stream = Stream._make(handle, context, self._ordinal)
+        if _race.ON:
+            _race.stream_created(stream, bool(non_blocking))
+        return stream
 
     def _wrap_stream(self, obj: Any, non_blocking: object, priority: object) -> Stream:
         self._check_driver()
@@ -605,6 +615,8 @@ class Device:
             buf._lender = None
             buf._mr = None
             buf._closed = False
+            if _race.ON:
+                _race.allocated(buf, stream)  # stream-ordered: a write on that stream (B7)
             return buf
         return Buffer._allocate(context, self._ordinal, size)
 

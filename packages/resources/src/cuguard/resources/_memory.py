@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, driver, in_driver_callback, int_argument, is_integer, raise_status, wrong_kind
-from cuguard.resources import _captures, _dlpack
+from cuguard.resources import _captures, _dlpack, _race
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._stream import Stream, as_stream, driver_types
@@ -212,6 +212,8 @@ class Buffer(Resource):
         self._release_deferred = False
         self._lender = lender
         self._mr = None
+        if _race.ON and owned:
+            _race.allocated(self, None)  # new memory: what the checker knew of these addresses is gone (B7)
         return self
 
     @classmethod
@@ -473,6 +475,8 @@ class Buffer(Resource):
                     return
                 if err:
                     self._release_failed(err, "cuMemFreeAsync")
+                if _race.ON:
+                    _race.freed(self, free_on, "cuMemFreeAsync")  # a write on that stream (B7)
                 return
         if in_driver_callback() or _capture_wait(self, stream):
             _release_later(self, stream)
@@ -482,11 +486,15 @@ class Buffer(Resource):
             status, call = mr._release_buffer(self, stream, True)
             if status:
                 self._release_failed(status, call)
+            if _race.ON:
+                _race.freed(self, stream, call)
             return
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
             if err:
                 self._release_failed(err, "cuMemFreeAsync")
+            if _race.ON:
+                _race.freed(self, stream, "cuMemFreeAsync")
             return
         status, call = self._release(True)
         if status:
@@ -503,6 +511,8 @@ class Buffer(Resource):
         return stream is not None and stream._closed  # _sync_then_free
 
     def _release(self, raising: bool) -> tuple[Any, str]:
+        if _race.ON:
+            _race.freed(self, None, "")  # not checked here: the checker forgets the memory (B7)
         asked = _free_streams.pop(id(self), None) if _free_streams else None
         if asked is not None and asked._closed:
             asked = None
@@ -555,6 +565,8 @@ class Buffer(Resource):
                 raise_status(err, "cuMemcpyHtoDAsync")
             if _captures._tables:
                 _note_captured(stream, self, src)
+            if _race.ON:
+                _race.copied(self, src, stream, "cuMemcpyHtoDAsync")
             return
         if stream is not None and type(stream) is not Stream:
             stream = as_stream(stream)
@@ -567,13 +579,13 @@ class Buffer(Resource):
             # Compiled: the context check and the copy in one call; -1: another context is current (nothing
             # done), switch in below; a failure comes back as (status, call), raised here.
             done: Any = fp.memcpy_htod(self._context._int, dst, host, self._size) if fp is not None else -1
-            if done != -1:
-                if done:
-                    raise_status(*done)
-                return
-            (err,) = call_in(self._context, driver.cuMemcpyHtoD, None, dst, host, self._size)
-            if err:
-                raise_status(err, "cuMemcpyHtoD")
+            if done == -1:
+                (err,) = call_in(self._context, driver.cuMemcpyHtoD, None, dst, host, self._size)
+                done = (err, "cuMemcpyHtoD") if err else 0
+            if done:
+                raise_status(*done)
+            if _race.ON:
+                _race.copied(self, src, None, "cuMemcpyHtoD", self._context)
             return
         if isinstance(src, Buffer):
             _check_size(src._size, self._size)
@@ -594,6 +606,8 @@ class Buffer(Resource):
             raise_status(err, call)
         if stream is not None and _captures._tables:
             _note_captured(stream, self, src)
+        if _race.ON:
+            _race.copied(self, src, stream, call, self._context)
 
     def copy_to(self, dst: Any, stream: Stream | None = None) -> None:
         """Copy this buffer into ``dst`` (a :class:`Buffer`, :class:`PinnedBuffer` or writable host buffer).
@@ -623,6 +637,8 @@ class Buffer(Resource):
             if done != -1:
                 if done:
                     raise_status(*done)
+                if _race.ON:
+                    _race.copied(dst, self, None, "cuMemcpyDtoH", self._context)
                 return
             (err,) = call_in(self._context, driver.cuMemcpyDtoH, None, host, src, self._size)
             call = "cuMemcpyDtoH"
@@ -636,6 +652,8 @@ class Buffer(Resource):
             raise_status(err, call)
         if stream is not None and _captures._tables:
             _note_captured(stream, self, dst)
+        if _race.ON:
+            _race.copied(dst, self, stream, call, self._context)
 
     def fill(self, value: int, stream: Stream | None = None) -> None:
         """Set every byte to ``value`` (0..255), queued on ``stream`` or synchronously.
@@ -660,6 +678,8 @@ class Buffer(Resource):
             raise_status(err, call)
         if stream is not None and _captures._tables:
             _note_captured(stream, self)
+        if _race.ON:
+            _race.filled(self, stream, call)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -788,6 +808,8 @@ class PinnedBuffer(Resource):
         self._graph_used = False
         self._release_deferred = False
         self._mr = None
+        if _race.ON:
+            _race.allocated(self, None)
         return self
 
     @classmethod
@@ -800,6 +822,8 @@ class PinnedBuffer(Resource):
         self._graph_used = False
         self._release_deferred = False
         self._mr = None
+        if _race.ON:
+            _race.allocated(self, None)
         return self
 
     @property
@@ -833,7 +857,10 @@ class PinnedBuffer(Resource):
         raw: Any = (ctypes.c_ubyte * self._size).from_address(address)
         raw._cuguard_owner = self  # the view's base keeps this buffer alive
         self._views = [ref for ref in self._views if ref() is not None] + [weakref.ref(raw)]
-        return np.frombuffer(raw, dtype=dtype)
+        view = np.frombuffer(raw, dtype=dtype)
+        if _race.ON:
+            _race.host_view(self, "PinnedBuffer.numpy")  # a host access, made now (B7)
+        return view
 
     def copy_from(self, src: Any, stream: Stream | None = None) -> None:
         """Copy all of ``src`` into this memory.
@@ -910,6 +937,8 @@ class PinnedBuffer(Resource):
                     status, call = mr._release_buffer(self, stream, True)
                     if status:
                         self._release_failed(status, call)
+                    if _race.ON:
+                        _race.freed(self, stream, call)
                     return
         super().close()
 
@@ -921,6 +950,8 @@ class PinnedBuffer(Resource):
         return mr is not None and mr._free_syncs_context(self)
 
     def _release(self, raising: bool) -> tuple[Any, str]:
+        if _race.ON:
+            _race.freed(self, None, "")
         mr = self._mr
         if mr is not None:
             asked = _free_streams.pop(id(self), None) if _free_streams else None
@@ -953,4 +984,7 @@ class PinnedBuffer(Resource):
         if dl_device is not None and tuple(dl_device) not in ((_dlpack.KDL_CUDA_HOST, 0), (_dlpack.KDL_CPU, 0)):
             raise BufferError(f"cannot export to device {dl_device}; pinned memory is on {(_dlpack.KDL_CUDA_HOST, 0)}")
         versioned = max_version is not None and next(iter(max_version)) >= 1
-        return _dlpack.export(self, address, self._size, _dlpack.KDL_CUDA_HOST, 0, versioned=versioned)
+        capsule = _dlpack.export(self, address, self._size, _dlpack.KDL_CUDA_HOST, 0, versioned=versioned)
+        if _race.ON:
+            _race.host_view(self, "PinnedBuffer.__dlpack__")  # a host access, made now (B7)
+        return capsule

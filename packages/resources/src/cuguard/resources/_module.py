@@ -28,7 +28,7 @@ from cuguard.errors import (
     refuse_construction,
     wrong_kind,
 )
-from cuguard.resources import _captures
+from cuguard.resources import _captures, _race
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._launch import KernelAttributes, KernelOccupancy, launch_ex
@@ -518,8 +518,20 @@ def _numpy_ctype(arg: Any) -> Any:
     return _NUMPY_CTYPES.get(str(dtype))
 
 
-def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+_NO_POSITIONS: Sequence[int] = ()  # launch's read_only default, told apart by identity
+
+
+def launch(
+    stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any, read_only: Sequence[int] = _NO_POSITIONS
+) -> None:
     """Queue ``kernel`` on ``stream`` with ``config`` and ``args`` (see :meth:`Kernel.pack`).
+
+    ``read_only`` names, by position in ``args``, the memory arguments the
+    kernel only reads: the race checker (:func:`racecheck`) counts every other
+    buffer argument as read and written as a whole (a read-only
+    :class:`StridedMemoryView` only reads). It changes nothing else; a position
+    that is not an int raises ``TypeError``, one outside ``args`` ``ValueError``,
+    before anything reaches the driver.
 
     Arguments that do not match the kernel's parameters raise ``TypeError``
     before anything reaches the driver. A plain config goes through
@@ -548,6 +560,8 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         raise wrong_kind("kernel", "a Kernel", kernel)
     if type(stream) is not Stream:
         stream = as_stream(stream, "stream")
+    if read_only is not _NO_POSITIONS:
+        _check_read_only(read_only, len(args))
     module = kernel.module
     if module._closed or stream._closed or module._context._closed or stream._context._closed:
         module._check_open()
@@ -577,8 +591,21 @@ def launch(stream: Stream, config: LaunchConfig, kernel: Kernel, *args: Any) -> 
         owners = _captures.captured_into(stream)
         if owners is not None:  # captured: the graph keeps the kernel and the memory it uses from now on (G6)
             _captures.retain_captured(owners, [kernel, module, *used_memory(args)])
+    if _race.ON:
+        _race.launched(stream, f"{'cuLaunchKernelEx' if config._ex else 'cuLaunchKernel'} ({kernel.name})", args, read_only)  # noqa: E501
     if attributing():
         wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
+
+
+def _check_read_only(read_only: Any, count: int) -> None:
+    """``read_only`` of :func:`launch`: argument positions (ints below ``count``), else ``TypeError``/``ValueError``."""
+    if isinstance(read_only, str | bytes) or not isinstance(read_only, Sequence | set | frozenset):
+        raise wrong_kind("read_only", "a sequence of argument positions (ints)", read_only)
+    for position in read_only:
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise wrong_kind("read_only", "a sequence of argument positions (ints)", position)
+        if not 0 <= position < count:
+            raise ValueError(f"read_only names argument {position}, but the launch has {count} arguments")
 
 
 def describe_launch(name: str, config: LaunchConfig, args: Sequence[Any]) -> str:

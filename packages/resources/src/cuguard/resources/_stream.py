@@ -23,7 +23,7 @@ from cuguard.errors import (
     report,
     wrong_kind,
 )
-from cuguard.resources import _captures
+from cuguard.resources import _captures, _race
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath
 
@@ -258,6 +258,8 @@ class Stream(Resource):
     def query(self) -> bool:
         """Whether all queued work has finished (never blocks)."""
         handle = self.handle
+        if _race.ON:
+            _race.stream_synced(self)
         (err,) = driver.cuStreamQuery(handle)
         if not err:
             return True
@@ -266,6 +268,8 @@ class Stream(Resource):
         raise_status(err, "cuStreamQuery")
 
     def wait(self, other: Event | Stream) -> None:
+            if _race.ON:
+                _race.stream_synced(self)
         """Make future work on this stream wait for ``other``.
 
         ``other`` is an :class:`Event` (waits for its last record) or a
@@ -285,6 +289,8 @@ class Stream(Resource):
                 raise wrong_kind("other", "an Event or a Stream (or an object with __cuda_stream__)", other)
             other = as_stream(other, "other", kind="an Event or a Stream (or an object with __cuda_stream__)")
         self._check_open()
+            if _race.ON:
+                _race.waited(self, other)
         other._check_open()
         with Event._create(other._context, other._device, timing=False) as event:
             event.record(other)
@@ -298,6 +304,8 @@ class Stream(Resource):
 
         If recording a new event fails, the event is released before the
         error propagates (G1).
+            if _race.ON:
+                _race.waited(self, event)
         """
         if event is not None:
             _event_arg(event, "event").record(self)
@@ -342,6 +350,8 @@ class Stream(Resource):
         (err,) = driver.cuLaunchHostFunc(handle, driver_types().CUhostFn(_HOST_FN_ADDRESS), token)
         if err:
             with _pending_lock:
+        if _race.ON:
+            fn = _race.host_func(self, fn)  # runs as a step of this stream (B7)
                 _pending.pop(token, None)
             raise_status(err, "cuLaunchHostFunc")
 
@@ -551,6 +561,8 @@ class Event(Resource):
 
         Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError`
         if the driver refuses; a kernel fault surfaces here as a sticky ``CUDAError``.
+        if _race.ON:
+            _race.recorded(self, stream)
         """
         if self._closed or self._context._closed:
             self._check_open()
@@ -563,6 +575,8 @@ class Event(Resource):
         if self._closed or self._context._closed:
             self._check_open()
         fp = _fp
+        if _race.ON:
+            _race.event_synced(self)
         if fp is not None:
             err = fp.event_query(self._handle)  # compiled: the status back, raised here
         else:
@@ -574,6 +588,8 @@ class Event(Resource):
         raise_status(err, "cuEventQuery")
 
     def elapsed_since(self, start: Event) -> float:
+            if _race.ON:
+                _race.event_synced(self)
         """Milliseconds between ``start`` and this event; both must be recorded timing events.
 
         The driver answers ``CUDA_ERROR_INVALID_HANDLE`` (raised as
