@@ -466,7 +466,7 @@ class Context(Unique):
         _record_destroyed(self._int)
         (err,) = driver.cuCtxDestroy(self._handle)
         if err:
-            report(err, "cuCtxDestroy", self._handle, "the context was leaked")
+            report(err, "cuCtxDestroy", self._handle, "the context was leaked", context=self)
         else:
             _record_gone(self._int)
 
@@ -806,7 +806,7 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any, resource: tup
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
-        report(err, "cuCtxSetCurrent", context._handle, leaked)
+        report(err, "cuCtxSetCurrent", context._handle, leaked, context=context)
         return None
     try:
         return op(*args)

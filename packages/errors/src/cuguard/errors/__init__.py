@@ -7,7 +7,8 @@ Public surface:
   :class:`CUDADriverNotFoundError`, :class:`NVRTCError`,
   :class:`NVJitLinkError`, :class:`NVVMError`, :class:`ResourceClosedError`,
   :class:`LibraryNotFoundError`;
-- the warning :class:`CUDAWarning` (a ``RuntimeWarning``);
+- the warning :class:`CUDAWarning` (a ``RuntimeWarning``), and :class:`StickyFaultWarning`, the one
+  report of the releases a sticky fault refused in a context (W7);
 - status tables: :func:`error_name`, :func:`error_description`, :func:`is_sticky`;
 - helpers used by every layer: :func:`check`, :func:`raise_status`,
   :func:`add_failure_note`, :func:`report`, :func:`report_error`,
@@ -51,6 +52,7 @@ from cuguard.errors._exceptions import ResourceClosedError as ResourceClosedErro
 from cuguard.errors._exceptions import StickyCUDAError as StickyCUDAError
 from cuguard.errors._locks import collection_deferred as collection_deferred
 from cuguard.errors._locks import deferring_lock as deferring_lock
+from cuguard.errors._onefault import StickyFaultWarning as StickyFaultWarning
 from cuguard.errors._ownership import Unique as Unique
 from cuguard.errors._ownership import defer as defer
 from cuguard.errors._ownership import deferred_count as deferred_count
@@ -105,6 +107,7 @@ __all__ = [
     "NVVMError",
     "ResourceClosedError",
     "StickyCUDAError",
+    "StickyFaultWarning",
     "Unique",
     "active_driver",
     "add_failure_note",

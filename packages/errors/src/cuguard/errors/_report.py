@@ -3,7 +3,9 @@
 - :func:`check` raises :class:`CUDAError` for a failure status (E1).
 - :func:`add_failure_note` attaches a secondary failure to the exception being
   handled (G4).
-- :func:`report` issues a :class:`CUDAWarning` where nothing can be raised (W1, W2).
+- :func:`report` issues a :class:`CUDAWarning` where nothing can be raised (W1, W2);
+  failures with a sticky status are reported once per context and fault (W7, see
+  :mod:`cuguard.errors._onefault`).
 - :func:`call_unraisable` runs code on behalf of CUDA (a callback, a deferred
   release) and routes anything it raises to ``sys.unraisablehook`` (W3, W6).
 - :func:`internal_error` builds the exception for a broken cuguard invariant (S2).
@@ -22,7 +24,8 @@ from typing import Any, NoReturn
 
 from cuguard.errors._exceptions import CUDAError, CUDAWarning, _status_code
 from cuguard.errors._locks import deferring_lock
-from cuguard.errors._table import DEINITIALIZED, driver_entry
+from cuguard.errors._onefault import fold
+from cuguard.errors._table import DEINITIALIZED, STICKY_CODES, driver_entry
 
 __all__ = [
     "add_failure_note",
@@ -111,7 +114,9 @@ def add_failure_note(exc: BaseException, failure: object, call: str | None = Non
     exc.add_note(f"while handling this error, cleanup also failed: {text}")
 
 
-def report(status: object, call: str, handle: object = None, detail: str | None = None) -> None:
+def report(
+    status: object, call: str, handle: object = None, detail: str | None = None, *, context: object = None
+) -> None:
     """Report a failure that cannot be raised as a :class:`CUDAWarning` (W1).
 
     The message reads ``"<call>(<handle>) failed: <name>: <description>"`` and
@@ -123,12 +128,27 @@ def report(status: object, call: str, handle: object = None, detail: str | None 
     ``CUDAWarning`` to an error (W3): the escalated warning propagates to the
     caller, which is a destructor or :func:`call_unraisable`, so it reaches
     ``sys.unraisablehook``.
+
+    A sticky status (the driver refuses all work after a kernel fault) is
+    reported once per context (W7): ``context`` names the context the failed
+    release ran in (a ``Context``; ``None`` when unknown). The first such
+    failure in a context issues a :class:`~cuguard.errors.StickyFaultWarning`
+    naming the first fault; later ones are counted, and the count comes in one
+    summary warning when that context's last cuguard object is gone, or at exit.
     """
-    if sys.is_finalizing() or _status_code(status) == DEINITIALIZED:
+    if sys.is_finalizing():
         return
-    text = _failure_text(status, call, handle)
+    code = _status_code(status)
+    if code == DEINITIALIZED:
+        return
+    text = _failure_text(code, call, handle)
     if detail:
         text = f"{text}; {detail}"
+    if code in STICKY_CODES:
+        warning = fold(text, f"{call} failed with {driver_entry(code)[0]}", context)
+        if warning is not None:
+            warnings.warn(warning, stacklevel=2)
+        return
     warnings.warn(CUDAWarning(text), stacklevel=2)
 
 
@@ -137,15 +157,19 @@ def _deinitialized(error: CUDAError) -> bool:
     return error.name == "CUDA_ERROR_DEINITIALIZED"
 
 
-def report_error(error: BaseException, handle: object = None, detail: str | None = None) -> None:
+def report_error(
+    error: BaseException, handle: object = None, detail: str | None = None, *, context: object = None
+) -> None:
     """Report an exception caught where nothing can be raised (W1).
 
-    A :class:`CUDAError` is reported like :func:`report`; any other exception
-    (a reason such as a closed context, or an internal error) becomes a
-    :class:`CUDAWarning` carrying the handle and the exception's text.
+    A :class:`CUDAError` is reported like :func:`report` (a sticky one once per
+    ``context``, W7); any other exception (a reason such as a closed context, or
+    an internal error) becomes a :class:`CUDAWarning` carrying the handle and
+    the exception's text.
     """
     if sys.is_finalizing():
         return
+    own = None  # a sticky error's call and status (W7)
     if isinstance(error, CUDAError) and error.call is not None and error.code != 0:
         if _deinitialized(error):
             return
@@ -154,11 +178,18 @@ def report_error(error: BaseException, handle: object = None, detail: str | None
         text = f"{error.call}{target} failed: {error.name}: {error.description}"
         if error.detail:
             text = f"{text}; {error.detail}"
+        if error.is_sticky:
+            own = f"{error.call} failed with {error.name}"
     else:
         # The reason itself, never an exception class name where a call belongs (W1).
         text = f"{format_handle(handle)}: {error}" if handle is not None else str(error)
     if detail:
         text = f"{text}; {detail}"
+    if own is not None:
+        warning = fold(text, own, context)
+        if warning is not None:
+            warnings.warn(warning, stacklevel=2)
+        return
     warnings.warn(CUDAWarning(text), stacklevel=2)
 
 

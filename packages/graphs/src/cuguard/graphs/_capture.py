@@ -610,7 +610,12 @@ class GraphBuilder(_Collected):
                         failure = raised
                 if warn:
                     if failure is not None:
-                        report_error(failure, body._stream._handle, "the body's capture was leaked")
+                        report_error(
+                            failure,
+                            body._stream._handle,
+                            "the body's capture was leaked",
+                            context=body._stream._context,
+                        )
                     body._finish(None, warn=True)
                 else:
                     if failure is not None and first is not None:
@@ -1076,12 +1081,14 @@ class GraphBuilder(_Collected):
                 if err:
                     if call == "cuStreamEndCapture":
                         self._capture_goes_on()
-                    report(err, call, self._stream._handle, "the capture's graph was leaked")
+                    report(
+                        err, call, self._stream._handle, "the capture's graph was leaked", context=self._stream._context
+                    )
             self._finish(None, warn=True)
             if self._parent is not None:  # a body builder's stream is its own
                 _close_into(self._stream, None)
         except CUDAError as exc:
-            report_error(exc, self._stream._handle, "what the builder made was leaked")
+            report_error(exc, self._stream._handle, "what the builder made was leaked", context=self._stream._context)
         self._definition = None  # collected by itself
 
 
@@ -1106,7 +1113,7 @@ def _close_into(resource: Stream | Event | GraphDefinition, exc: BaseException |
         if exc is not None:
             add_failure_note(exc, failure)
         else:
-            report_error(failure, resource._handle, "it was leaked")
+            report_error(failure, resource._handle, "it was leaked", context=resource._context)
     except ResourceClosedError:
         pass  # closed by its owner already, or of an uninstalled driver: nothing of it is released here
 

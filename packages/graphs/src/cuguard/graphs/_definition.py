@@ -1164,10 +1164,10 @@ class GraphDefinition(_Collected):
         try:
             (err,) = driver.cuGraphDestroy(self._handle)
         except CUDAError as exc:  # the driver itself is gone
-            report_error(exc, self._handle, "the graph was leaked")
+            report_error(exc, self._handle, "the graph was leaked", context=self._context)
             return
         if err:
-            report(err, "cuGraphDestroy", self._handle, "the graph was leaked")
+            report(err, "cuGraphDestroy", self._handle, "the graph was leaked", context=self._context)
 
 
 def _attach_payload(graph: Any, owners: dict[int, object]) -> Any:

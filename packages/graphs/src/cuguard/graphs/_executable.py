@@ -405,10 +405,10 @@ class Graph(_Collected):
         try:
             (err,) = driver.cuGraphExecDestroy(self._handle)
         except CUDAError as exc:
-            report_error(exc, self._handle, "the executable graph was leaked")
+            report_error(exc, self._handle, "the executable graph was leaked", context=context)
             return
         if err:
-            report(err, "cuGraphExecDestroy", self._handle, "the executable graph was leaked")
+            report(err, "cuGraphExecDestroy", self._handle, "the executable graph was leaked", context=context)
 
 
 def _released_with_close(owners: dict[int, object]) -> tuple[Any, ...]:

@@ -358,10 +358,10 @@ class Resource(Unique):
             else:
                 status, call = self._release(False)
         except CUDAError as exc:  # the driver itself is gone
-            report_error(exc, self._handle, f"the {self._what} was leaked")
+            report_error(exc, self._handle, f"the {self._what} was leaked", context=context)
             return
         if status:
-            report(status, call, self._handle, f"the {self._what} was leaked")
+            report(status, call, self._handle, f"the {self._what} was leaked", context=context)
 
     def _close_in_callback(self) -> None:
         """``close()`` inside a CUDA host function: closed for use now, released on the release thread (O5).

@@ -461,7 +461,7 @@ class _PoolResource(MemoryResource[Any], Resource):
                     "cuMemPoolDestroy",
                     f"the buffer was freed; memory pool {format_handle(self._handle)} was leaked",
                 )
-            report(err, "cuMemPoolDestroy", self._handle, "the memory pool was leaked")
+            report(err, "cuMemPoolDestroy", self._handle, "the memory pool was leaked", context=self._context)
         return status, call
 
     def __repr__(self) -> str:

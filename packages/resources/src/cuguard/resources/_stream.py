@@ -75,7 +75,13 @@ def _drain_host_callbacks() -> None:
         if not stream._closed and not stream._context._closed:
             (err,) = driver.cuStreamSynchronize(stream._handle)
             if err:
-                report(err, "cuStreamSynchronize", stream._handle, "its pending host callbacks may never run")
+                report(
+                    err,
+                    "cuStreamSynchronize",
+                    stream._handle,
+                    "its pending host callbacks may never run",
+                    context=stream._context,
+                )
 
 
 # The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
