@@ -25,6 +25,11 @@
   attribution is on); every later test that uses the real driver in the same
   process is reported as an error naming that test and fault, since nothing can
   run on that driver any more.
+- One fault, one report (W7): a test whose dropped objects' releases a sticky
+  fault refused (the :class:`~cuguard.errors.StickyFaultWarning` s that reach
+  ``sys.unraisablehook``) fails once, at its teardown, with the first fault's
+  text, unless the test already failed with that fault (a sticky error it
+  raised, or the real driver's sticky-fault failure above).
 - ``@pytest.mark.leak_check`` (or ``--cuguard-leak-check`` for every test)
   fails a test that leaves driver objects behind, on either driver.
 """
@@ -47,6 +52,7 @@ from cuguard.errors import (
     CUDADriverNotFoundError,
     CUDAError,
     CUDAWarning,
+    StickyFaultWarning,
     default_driver_choice,
     first_sticky_fault,
     flush_deferred,
@@ -61,6 +67,8 @@ __all__ = ["Faults"]
 _RESULTS_KEY = pytest.StashKey[dict[tuple[str, str], dict[str, int]]]()
 _PHASES_KEY = pytest.StashKey[list[str]]()
 _REAL_STATE: dict[str, Any] = {}
+_STICKY_KEY = pytest.StashKey[str]()  # the first fault named by the StickyFaultWarnings a test caused (W7)
+_STICKY_REPORTED_KEY = pytest.StashKey[bool]()  # the test failed with its sticky fault already: once is enough
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -223,6 +231,9 @@ def cuguard_driver(request: pytest.FixtureRequest) -> Iterator[Any]:
             # E5: the test that made the driver sticky fails with the first fault, and the
             # tests after it are errors that name it, instead of a cascade of failures.
             _REAL_STATE["poisoned"] = (request.node.nodeid, first)
+            if request.node.stash.get(_STICKY_REPORTED_KEY, False):
+                return  # the test failed with this fault already (W7: once)
+            request.node.stash[_STICKY_REPORTED_KEY] = True
             pytest.fail(f"this test left the CUDA driver unusable with a sticky fault: {first}", pytrace=False)
         if _leak_check_wanted(request):
             created = _faults.left_behind(before, proxy.live_objects())
@@ -275,6 +286,7 @@ class _UnraisableCUDAWarnings:
 
     def __init__(self) -> None:
         self.caught: list[str] = []
+        self.sticky: list[str] = []  # first faults named by StickyFaultWarnings (W7): reported once, per test
         self._previous: Any = None
 
     def __enter__(self) -> _UnraisableCUDAWarnings:
@@ -283,7 +295,9 @@ class _UnraisableCUDAWarnings:
         return self
 
     def _hook(self, args: Any) -> None:
-        if isinstance(args.exc_value, CUDAWarning):
+        if isinstance(args.exc_value, StickyFaultWarning):
+            self.sticky.append(args.exc_value.first_fault)
+        elif isinstance(args.exc_value, CUDAWarning):
             self.caught.append(str(args.exc_value))
         else:
             self._previous(args)
@@ -325,10 +339,30 @@ def _check_unraisable(item: pytest.Item, outcome: Any, phase: str) -> None:
     gc.collect()
     flush_deferred()
     caught, watch.caught = watch.caught, []
+    if watch.sticky:
+        item.stash.setdefault(_STICKY_KEY, watch.sticky[0])
+        watch.sticky = []
     if phase == "teardown":
         watch.__exit__()
         del item.stash[_WATCH_KEY]
     _fail_on_unraisable(outcome, caught, phase)
+    if phase == "teardown":
+        _fail_on_sticky(item, outcome)
+
+
+def _fail_on_sticky(item: pytest.Item, outcome: Any) -> None:
+    """W7: a test whose dropped objects a sticky fault leaked fails once, naming the first fault."""
+    first = item.stash.get(_STICKY_KEY, None)
+    if first is None or item.stash.get(_STICKY_REPORTED_KEY, False) or outcome.exception is not None:
+        return
+    item.stash[_STICKY_REPORTED_KEY] = True
+    outcome.force_exception(
+        pytest.fail.Exception(
+            f"this test hit a sticky fault: {first}; the objects it dropped afterwards were leaked "
+            "(their refused releases are reported once, as StickyFaultWarning)",
+            pytrace=False,
+        )
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -347,6 +381,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome: Any = yield
     report: pytest.TestReport = outcome.get_result()
+    if call.excinfo is not None and isinstance(call.excinfo.value, CUDAError) and call.excinfo.value.is_sticky:
+        item.stash[_STICKY_REPORTED_KEY] = True  # the test failed with its sticky fault: nothing more about it (W7)
     marker = item.get_closest_marker("contract")
     if marker is None:
         return
