@@ -1,4 +1,4 @@
-"""W1-W6 across layers: failures nothing can raise (collection, deferred graph cleanup, callbacks)."""
+"""W1-W7 across layers: failures nothing can raise (collection, deferred graph cleanup, callbacks)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from cuguard.errors import CUDAWarning, format_handle
+from cuguard.errors import CUDAWarning, StickyCUDAError, StickyFaultWarning, format_handle
 from cuguard.graphs import GraphDefinition
 from cuguard.resources import Device, Kernel, LaunchConfig, Stream
-from cuguard.testing import SimulatedDriver, deinitialized, inject
+from cuguard.testing import SimulatedDriver, deinitialized, inject, sticky
 
 OUT_OF_MEMORY = 2
 
@@ -220,3 +220,31 @@ def test_W6_exceptions_of_host_callbacks_go_to_the_unraisable_hook_and_work_carr
     assert read(buf) == bytes([9]) * 64  # the stream and the graph carried on after each callback
     g.close()
     buf.close()
+
+
+@pytest.mark.contract("W7")
+def test_W7_sixty_objects_dropped_after_a_sticky_fault_give_one_warning_and_one_summary(
+    dev: Device, settled: Callable[[], None]
+) -> None:
+    streams = [dev.create_stream() for _ in range(20)]
+    objects: list[Any] = [*streams, *(dev.create_event() for _ in range(20))]
+    objects += [dev.allocate(64, stream=s) for s in streams]
+    g = GraphDefinition(dev)
+    g.empty()
+    objects.append(g.instantiate())
+    last = dev.create_stream()
+    del streams
+    with caught_warnings() as caught, sticky(700):  # the driver refuses all work, as after a kernel fault
+        with pytest.raises(StickyCUDAError):
+            last.close()  # an explicit close still raises (S3) ...
+        assert caught == []  # ... and warns nothing
+        del objects, g
+        settled()
+    first, summary = (w.message for w in caught if issubclass(w.category, CUDAWarning))
+    assert isinstance(first, StickyFaultWarning)
+    assert isinstance(summary, StickyFaultWarning)
+    assert not first.summary
+    assert first.first_fault in str(first)  # the first refused release is the first fault here
+    assert first.context == summary.context == repr(dev.context)
+    assert summary.summary
+    assert summary.leaked == 60  # 20 streams, 20 events, 20 buffers and an executable graph: one warned

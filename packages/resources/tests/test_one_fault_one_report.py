@@ -83,6 +83,7 @@ def test_sixty_objects_dropped_after_a_kernel_fault_give_one_warning_and_one_sum
     sim: SimulatedDriver, faulting: tuple[Device, Module, Stream]
 ) -> None:
     dev, module, stream = faulting
+    assert not dev.memory_resource.owned  # kept by the device for good: it owns nothing, so it holds nothing back
     objects = _sixty(dev)
     handles = {int(obj.handle) for obj in objects}
     _fault(module, stream)

@@ -20,7 +20,9 @@ caller names: the context the release ran in):
 
 The cuguard objects of a context are found once, at its first refused release:
 the :class:`~cuguard.errors.Unique` objects with a ``closed`` property, not
-closed, that refer to the context object (one walk over the objects the garbage
+closed, that refer to the context object and own what they refer to (not those
+whose ``owned`` is false, such as a device's default memory resource, which the
+device keeps for good) (one walk over the objects the garbage
 collector tracks; nothing is recorded while no fault happens, so the success
 paths pay nothing). A collection clears weak references before it finalizes the
 objects, so a summary that falls due during a collection is decided when it
@@ -137,6 +139,14 @@ def _alive(obj: object) -> bool:
         return False
 
 
+def _owns(obj: object) -> bool:
+    """Whether ``obj`` releases a handle of its own: ``owned`` false says not (a device's default memory resource)."""
+    try:
+        return getattr(obj, "owned", True) is not False
+    except Exception:  # noqa: BLE001 - a half-made object: nothing of it is released
+        return False
+
+
 def fold(text: str, own: str, context: object) -> StickyFaultWarning | None:
     """A failure with a sticky status that nothing can raise: the warning to issue, or ``None`` (counted).
 
@@ -179,7 +189,7 @@ def _track(record: _Record, context: object) -> None:
     if context is not None:
         gone = functools.partial(_gone, record)
         for obj in gc.get_referrers(context):
-            if isinstance(obj, Unique) and _alive(obj):
+            if isinstance(obj, Unique) and _alive(obj) and _owns(obj):
                 with contextlib.suppress(TypeError):  # not weakly referable: not watched
                     refs.append(weakref.ref(obj, gone))
     with _lock:
