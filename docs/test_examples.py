@@ -31,7 +31,7 @@ PAGES = ["getting-started.md", "contract.md", "testing.md", "without-a-gpu.md", 
 CLAUSES = [
     *(f"E{i}" for i in range(1, 6)),
     *(f"G{i}" for i in range(1, 7)),
-    *(f"W{i}" for i in range(1, 7)),
+    *(f"W{i}" for i in range(1, 8)),
     *(f"C{i}" for i in range(1, 5)),
     *(f"O{i}" for i in range(1, 7)),
     *(f"S{i}" for i in range(1, 4)),
