@@ -13,8 +13,17 @@ access), each with fault attribution on and off:
   ``StickyCUDAError``, and every later call (allocate, create a stream,
   synchronize) raises one whose ``first_fault`` names that first fault.
 
+One fault, one report (contract W7): with 60 streams, events and buffers alive,
+a kernel writes through a null pointer; the objects are then dropped. cuguard
+must give one ``StickyFaultWarning`` for the first refused release and at most
+one summary counting the rest (``flood`` scenarios, with attribution on and off;
+one keeps five streams alive until exit, where the summary comes). The counts
+are printed.
+
 Every process must exit 0 with nothing on stderr. A last scenario measures what
 attribution costs per launch of an empty kernel.
+
+``--only flood`` (or any part of a scenario's name) runs only the matching scenarios.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ extern "C" __global__ void empty() { }
 extern "C" __global__ void out_of_bounds(int* p) { *(volatile int*)((char*)p + (1ll << 40)) = 1; }
 extern "C" __global__ void trap(int* p) { __trap(); }
 extern "C" __global__ void misaligned(int* p) { *(volatile int*)((char*)p + 1) = 1; }
+extern "C" __global__ void null_write(int* p) { *(volatile int*)0 = 1; }
 '''
 dev = Device(0)
 major, minor = dev.compute_capability
@@ -92,6 +102,65 @@ out["ok"] = bool(ok)
 print(json.dumps(out))
 """
 
+FLOOD = """
+import atexit, gc, warnings
+from cuguard.errors import CUDAWarning, StickyFaultWarning, flush_deferred
+
+attributed = sys.argv[1] == "on"
+keep = int(sys.argv[2])
+out = {"attribution": attributed, "kept until exit": keep}
+reports = []
+phase = ["during"]
+warnings.simplefilter("always")
+warnings.showwarning = lambda message, *args, **kwargs: reports.append((phase[0], message))
+
+
+def count(when):
+    mine = [m for p, m in reports if p == when]
+    sticky = [m for m in mine if isinstance(m, StickyFaultWarning)]
+    return {
+        "cuda warnings": sum(isinstance(m, CUDAWarning) for m in mine),
+        "first warnings": sum(not m.summary for m in sticky),
+        "summaries": [m.leaked for m in sticky if m.summary],
+        "first fault": next((m.first_fault for m in sticky), None),
+    }
+
+
+def finish():
+    out["at exit"] = count("exit")
+    during, at_exit = out["during"], out["at exit"]
+    ok = during["first warnings"] == 1 and during["cuda warnings"] == 1 + len(during["summaries"])
+    ok = ok and at_exit["first warnings"] == 0 and at_exit["cuda warnings"] == len(at_exit["summaries"])
+    ok = ok and len(during["summaries"]) + len(at_exit["summaries"]) <= 1
+    ok = ok and (len(at_exit["summaries"]) == 1 if keep else not at_exit["summaries"])
+    ok = ok and all(x == "StickyCUDAError" for x in out["closes"])
+    if attributed:
+        ok = ok and "null_write" in (during["first fault"] or "")
+    out["ok"] = bool(ok)
+    print(json.dumps(out))
+
+
+atexit.register(finish)  # before cuguard's own exit hook, so it runs after it
+objects = [dev.create_stream() for _ in range(20)] + [dev.create_event() for _ in range(20)]
+objects += [dev.allocate(64) for _ in range(20)]
+with attribute_faults() if attributed else contextlib.nullcontext():
+    out["faulting launch"] = seen(lambda: launch(stream, LaunchConfig(), module.get_kernel("null_write"), buf))
+    out["stream sync"] = seen(stream.sync)
+out["closes"] = []
+for obj in (stream, buf, module):  # explicit closes raise, and warn nothing
+    try:
+        obj.close()
+        out["closes"].append("ok")
+    except CUDAError as exc:
+        out["closes"].append(type(exc).__name__)
+kept = objects[:keep]
+del objects
+gc.collect()
+flush_deferred(30)
+out["during"] = count("during")
+phase[0] = "exit"
+"""
+
 COST = """
 kernel = module.get_kernel("empty")
 config = LaunchConfig()
@@ -132,13 +201,20 @@ def run(name: str, code: str, *args: str) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--only", default="", help="run only the scenarios whose name contains this")
     args = parser.parse_args()
-    results = [
-        run(f"{kernel}, attribution {mode}", FAULT, kernel, mode)
+    scenarios: list[tuple[str, str, tuple[str, ...]]] = [
+        (f"{kernel}, attribution {mode}", FAULT, (kernel, mode))
         for kernel in ("out_of_bounds", "trap", "misaligned")
         for mode in ("on", "off")
     ]
-    results.append(run("attribution cost", COST))
+    scenarios += [
+        ("flood of 60 objects, attribution on", FLOOD, ("on", "0")),
+        ("flood of 60 objects, attribution off", FLOOD, ("off", "0")),
+        ("flood of 60 objects, 5 kept until exit", FLOOD, ("off", "5")),
+        ("attribution cost", COST, ()),
+    ]
+    results = [run(name, code, *argv) for name, code, argv in scenarios if args.only in name]
     for r in results:
         detail = {k: v for k, v in r.items() if k not in ("scenario", "stderr")}
         print(f"{'ok  ' if r.get('ok') else 'FAIL'} {r['scenario']}: {json.dumps(detail)}")
