@@ -23,6 +23,7 @@ from cuguard.errors import (
     Unique,
     first_sticky_fault,
     flush_deferred,
+    forget_sticky_fault,
     report,
     report_error,
 )
@@ -203,3 +204,20 @@ def test_deinitialized_is_still_never_reported() -> None:
         report(4, "cuEventDestroy", 1, context=FakeContext("a"))
     assert seen == []
     assert issubclass(StickyFaultWarning, CUDAWarning)
+
+
+@pytest.mark.contract("W7", "B1")
+def test_a_new_first_fault_gets_a_report_of_its_own() -> None:
+    context = FakeContext("a")
+    things = [Thing(context) for _ in range(4)]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        things.pop().release()  # the first fault: warned
+        things.pop().release()  # counted
+        forget_sticky_fault()  # what a fault plan does when the sticky status it made up ends with it
+        things.pop().release()  # the same call refused again: a new first fault, warned again
+        del things
+        _settle()
+    reports = [w.message for w in seen]
+    assert all(isinstance(w, StickyFaultWarning) for w in reports)
+    assert [(w.summary, w.leaked) for w in reports] == [(False, 1), (False, 1), (True, 1)]  # type: ignore[attr-defined]

@@ -50,7 +50,7 @@ from cuguard.errors import _ownership
 from cuguard.errors._exceptions import CUDAWarning
 from cuguard.errors._locks import deferring_lock
 from cuguard.errors._ownership import Unique, defer
-from cuguard.errors._seam import driver_state, record_sticky_fault
+from cuguard.errors._seam import driver_state, first_sticky_fault, record_sticky_fault
 
 __all__ = ["StickyFaultWarning", "fold"]
 
@@ -157,12 +157,15 @@ def fold(text: str, own: str, context: object) -> StickyFaultWarning | None:
     issue; later ones are counted, and a summary may be issued from here when that context's
     last object is gone (see the module's description). Raises only an escalated warning (W3).
     """
-    first = record_sticky_fault(own) or own
+    recorded = record_sticky_fault(own)
+    first = recorded or own
+    # This failure is the driver's first fault (no earlier one, or a fault plan's ended): a new report.
+    new_fault = recorded is None and first_sticky_fault() is not None
     key = _key(context)
     with _lock:
         records: dict[object, _Record] = driver_state().setdefault(_KEY, {})
         record = records.get(key)
-        counted = record is not None and record.first_fault == first
+        counted = record is not None and not new_fault and record.first_fault == first
         if record is not None and counted:
             record.counted += 1
         else:
