@@ -117,6 +117,16 @@ class Op:
 _TINY_CU = "template <typename T> __global__ void tiny(T* out) { *out = T(1); }"
 
 
+def _allocate_through(device: Any, mr: Any) -> Any:
+    """``Device.memory_resource``: read the default, set ``mr``, allocate through the device, put the default back."""
+    default = device.memory_resource
+    try:
+        device.memory_resource = mr
+        return device.allocate(SIZE)
+    finally:
+        device.memory_resource = default
+
+
 def _object_code(R: Any, data: bytes) -> Any:
     """``data`` (the driver's kernel image) as an ObjectCode of the right kind."""
     if isinstance(data, bytes) and data.startswith(b"\x7fELF"):
@@ -452,6 +462,13 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=4,
     )
     add("Device.allocate_pinned", "Device", lambda d, size: d.allocate_pinned(size), sizes, weight=2)
+    add(
+        "Device.memory_resource",
+        "Device",
+        _allocate_through,
+        _p("memory_resource", frozenset(MEMORY_RESOURCES), "MemoryResource"),
+        weight=2,
+    )
     images = _v("image", image, image, lambda: image().decode(errors="replace"), b"garbage", None, 5, good=3)
     add("Device.load_module", "Device", lambda d, img: d.load_module(img), images)
 
@@ -523,6 +540,15 @@ def build_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _p("stream", STREAM, "Stream", optional=True),
         weight=2,
     )
+    for method, param in (("copy_from", "src"), ("copy_to", "dst")):
+        add(
+            f"PinnedBuffer.{method}",
+            "PinnedBuffer",
+            lambda p, other, s, method=method: getattr(p, method)(other, s),
+            _p(param, MEMORY, "Buffer"),
+            _p("stream", STREAM, "Stream", optional=True),
+            weight=2,
+        )
     add(
         "Buffer.fill",
         "Buffer",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from cuguard.testing._sweep.registry import SIZE, Env, Scenario, _ctx_probe, dev_only, with_stream
+from cuguard.testing._sweep.registry import SIZE, Env, Scenario, _ctx_probe, dev_fresh, dev_only, with_stream
 
 __all__ = ["NO_DRIVER_CALL_MEMORY", "pool_scenarios", "view_scenarios", "vmm_scenarios"]
 
@@ -722,6 +722,84 @@ def pool_scenarios() -> list[Scenario]:
         lambda e, s: e.own(e.resources.Event.from_ipc_descriptor(s.desc, s.dev)),
         real=False,
         probe=_ctx_probe,
+    )
+    out.extend(_pinned_copy_scenarios())
+    out.extend(_device_resource_scenarios())
+    return out
+
+
+# --- copies between pinned and device memory, the device's memory resource --------------------
+
+
+def _with_pinned_kinds(env: Env) -> SimpleNamespace:
+    """Pinned memory of a pool (``pbuf``) and of cuMemHostAlloc (``pinned``), device memory (``buf``)."""
+    s = with_pinned_pool(env)
+    s.pinned = env.own(s.dev.allocate_pinned(SIZE))
+    s.buf = env.own(s.dev.allocate(SIZE))
+    s.pinned.numpy()[:] = 0x2C
+    return s
+
+
+def _pinned_copy_probe(env: Env, s: Any) -> None:
+    """Every buffer of the copy still copies, both ways (G3)."""
+    s.stream.sync()
+    s.pinned.numpy()[:] = 0x2C
+    s.pbuf.copy_from(s.pinned, s.stream)
+    s.pbuf.copy_to(s.buf, s.stream)
+    s.pinned.copy_from(s.buf, s.stream)
+    s.stream.sync()
+    assert bytes(s.pinned.numpy()) == b"\x2c" * SIZE
+
+
+def _pinned_copy_scenarios() -> list[Scenario]:
+    """``PinnedBuffer.copy_from``/``copy_to`` with pinned and device memory, synchronous and on a stream."""
+    out: list[Scenario] = []
+    add = _adder(out)
+    P = R + "PinnedBuffer."
+    copies: list[tuple[str, str, Callable[[Env, Any], Any]]] = [
+        ("copy_from", "pinned", lambda e, s: s.pbuf.copy_from(s.pinned)),
+        ("copy_from", "pinned, stream", lambda e, s: s.pbuf.copy_from(s.pinned, s.stream)),
+        ("copy_from", "buffer", lambda e, s: s.pinned.copy_from(s.buf)),
+        ("copy_from", "buffer, stream", lambda e, s: s.pbuf.copy_from(s.buf, s.stream)),
+        ("copy_to", "pinned", lambda e, s: s.pinned.copy_to(s.pbuf)),
+        ("copy_to", "pinned, stream", lambda e, s: s.pinned.copy_to(s.pbuf, s.stream)),
+        ("copy_to", "buffer", lambda e, s: s.pbuf.copy_to(s.buf)),
+        ("copy_to", "buffer, stream", lambda e, s: s.pinned.copy_to(s.buf, s.stream)),
+    ]
+    for method, variant, fn in copies:
+        add(f"{P}{method}[{variant}]", _with_pinned_kinds, fn, covers=(P + method,), probe=_pinned_copy_probe)
+    return out
+
+
+def _with_default_resource(env: Env) -> SimpleNamespace:
+    """A pinned pool, and the device's default resource read already (its first read is swept on its own)."""
+    s = with_pinned_pool(env)
+    s.default = s.dev.memory_resource
+    return s
+
+
+def _allocate_through(env: Env, s: Any) -> Any:
+    """Set the pinned pool as the device's memory resource, allocate through the device, put the default back."""
+    s.dev.memory_resource = s.pmr
+    try:
+        return env.own(s.dev.allocate(SIZE, s.stream))
+    finally:
+        s.dev.memory_resource = s.default
+
+
+def _device_resource_scenarios() -> list[Scenario]:
+    """``Device.memory_resource``: the default made on first read, and ``Device.allocate`` through a set one."""
+    out: list[Scenario] = []
+    add = _adder(out)
+    D = R + "Device."
+    add(D + "memory_resource", dev_fresh, lambda e, s: s.dev.memory_resource.device_id, probe=_ctx_probe)
+    add(
+        D + "memory_resource[set, allocate]",
+        _with_default_resource,
+        _allocate_through,
+        covers=(D + "memory_resource", D + "allocate"),
+        state=lambda e, s: (s.pmr.held, s.dev.memory_resource is s.pmr),
+        probe=_pinned_probe,
     )
     return out
 
