@@ -738,6 +738,91 @@ def pool_host_numa(d: Any) -> Obs:
     return out
 
 
+def _access_descs(devices: list[int]) -> list[Any]:
+    descs = []
+    for ordinal in devices:
+        desc = B.CUmemAccessDesc()
+        desc.location.type = B.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = ordinal
+        desc.flags = B.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        descs.append(desc)
+    return descs
+
+
+@scenario
+def pool_host_access_every_device(d: Any) -> Obs:
+    """A pinned (host NUMA) pool: its access before any grant, then one grant naming every device (as
+    PinnedMemoryResource makes it), a grant naming a device that does not exist, and memory of the
+    pool allocated on each device's stream."""
+    count = int(ok(d.cuDeviceGetCount()))
+    everyone = list(range(count))
+    out: Obs = []
+    with Ctx(d):
+        pool = ok(d.cuMemPoolCreate(_pool_props(location="HOST_NUMA")))
+        out.append([ok(d.cuMemPoolGetAccess(pool, _device_location(n))).name for n in everyone])
+        out.append(name(d.cuMemPoolSetAccess(pool, _access_descs([*everyone, count]), count + 1)[0]))
+        out.append([ok(d.cuMemPoolGetAccess(pool, _device_location(n))).name for n in everyone])
+        out.append(name(d.cuMemPoolSetAccess(pool, _access_descs(everyone), count)[0]))
+        out.append([ok(d.cuMemPoolGetAccess(pool, _device_location(n))).name for n in everyone])
+        out.append(name(d.cuMemPoolGetAccess(pool, _device_location(count))[0]))
+        for ordinal in everyone:
+            primary = ok(d.cuDevicePrimaryCtxRetain(ok(d.cuDeviceGet(ordinal))))
+            _must(d.cuCtxSetCurrent(primary))
+            s = ok(d.cuStreamCreate(0))
+            err, p = d.cuMemAllocFromPoolAsync(64, pool, s)
+            out.append(name(err))
+            if not err:
+                dev = ok(d.cuMemAlloc(64))
+                d.cuMemsetD8Async(dev, 0x40 + ordinal, 64, s)
+                out.append(name(d.cuMemcpyAsync(p, dev, 64, s)[0]))
+                out.append(name(d.cuStreamSynchronize(s)[0]))
+                out.append(ctypes.string_at(int(p), 4).hex())
+                out.append(name(d.cuMemFreeAsync(p, s)[0]))
+                d.cuStreamSynchronize(s)
+                d.cuMemFree(dev)
+            d.cuStreamDestroy(s)
+            d.cuDevicePrimaryCtxRelease(ok(d.cuDeviceGet(ordinal)))
+        out.append(name(d.cuMemPoolDestroy(pool)[0]))
+    return out
+
+
+@scenario
+def pinned_copies_between_kinds(d: Any) -> Obs:
+    """Copies PinnedBuffer and Buffer make between pinned pool memory, cuMemHostAlloc memory and device memory:
+    cuMemcpy/cuMemcpyAsync by unified address (pinned to pinned), cuMemcpyHtoD/DtoH with a pinned address."""
+    out: Obs = []
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(0))
+        pool = ok(d.cuMemPoolCreate(_pool_props(location="HOST_NUMA")))
+        _must(d.cuMemPoolSetAccess(pool, _access_descs([0]), 1))
+        pooled = ok(d.cuMemAllocFromPoolAsync(64, pool, s))
+        d.cuStreamSynchronize(s)
+        host = ok(d.cuMemHostAlloc(64, 0))
+        dev = ok(d.cuMemAlloc(64))
+        ctypes.memmove(int(host), bytes(range(64)), 64)
+        ctypes.memset(int(pooled), 0, 64)
+        out.append(name(d.cuMemcpy(int(pooled), int(host), 64)[0]))
+        out.append(ctypes.string_at(int(pooled), 64) == bytes(range(64)))
+        ctypes.memset(int(host), 0x11, 64)
+        out.append(name(d.cuMemcpyAsync(int(pooled), int(host), 64, s)[0]))
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        out.append(ctypes.string_at(int(pooled), 4).hex())
+        out.append(name(d.cuMemcpyHtoDAsync(dev, int(pooled), 64, s)[0]))
+        ctypes.memset(int(host), 0, 64)
+        out.append(name(d.cuMemcpyDtoHAsync(int(host), dev, 64, s)[0]))
+        out.append(name(d.cuStreamSynchronize(s)[0]))
+        out.append(ctypes.string_at(int(host), 4).hex())
+        out.append(name(d.cuMemcpyAsync(int(host), int(host), 0, s)[0]))  # an empty copy
+        d.cuStreamSynchronize(s)
+        d.cuMemFree(dev)
+        out.append(name(d.cuMemFreeHost(host)[0]))
+        d.cuMemFreeAsync(pooled, s)
+        d.cuStreamSynchronize(s)
+        d.cuMemPoolDestroy(pool)
+        d.cuStreamDestroy(s)
+    return out
+
+
 @scenario
 def ipc_event_handle_context(d: Any) -> Obs:
     """cuIpcGetEventHandle with the event's own context current, after another context was made.
