@@ -5,6 +5,7 @@ case), ``scripts/sweep``, or ``python -m cuguard.testing.sweep``::
 
     python -m cuguard.testing.sweep --full --json sweep.json
     python -m cuguard.testing.sweep --driver real --json sweep-gpu.json   # on a GPU
+    python -m cuguard.testing.sweep --driver sim-persistent   # one simulator for every case, as a GPU
 
 :func:`run_sweep` returns a :class:`SweepResult`; :func:`format_table` renders
 the per-layer table. The registry of operations and the list of public
@@ -21,14 +22,24 @@ from collections.abc import Sequence
 
 from cuguard.testing._sweep.registry import LAYERS, NO_DRIVER_CALL, Scenario, scenarios
 from cuguard.testing._sweep.report import format_table, write_json
-from cuguard.testing._sweep.runner import CONTEXTS, MODES, SweepResult, Violation, run_sweep
+from cuguard.testing._sweep.runner import (
+    CONTEXTS,
+    DRIVERS,
+    MODES,
+    NonDeterministic,
+    SweepResult,
+    Violation,
+    run_sweep,
+)
 
 __all__ = [
     "CONTEXTS",
     "DEFAULT_SEED",
+    "DRIVERS",
     "LAYERS",
     "MODES",
     "NO_DRIVER_CALL",
+    "NonDeterministic",
     "Scenario",
     "SweepResult",
     "Violation",
@@ -44,15 +55,23 @@ DEFAULT_SEED = 20240607
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: run the sweep, print the table, write JSON; exit 1 on any violation.
+    """The command line: run the sweep, print the table, write JSON; the exit status says what it found.
 
     The full sweep is the default (``--full`` says so explicitly; on the simulator several
     minutes on two cores); ``--sample N`` runs N cases picked with ``--seed`` instead (every
     operation's fault-free run always runs, and one failure point of every operation in every
-    failure mode comes first: ``nox -s sweep`` runs such a sample).
+    failure mode comes first: ``nox -s sweep`` runs such a sample). Exit status: 1 when a
+    contract rule was broken; else 3 when a case was not deterministic (its calls before its
+    failure point differed from the fault-free run's: that point went untested), unless
+    ``--allow-nondeterministic``; else 0.
     """
     parser = argparse.ArgumentParser(prog="sweep", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--driver", choices=("sim", "real"), default="sim")
+    parser.add_argument(
+        "--driver",
+        choices=DRIVERS,
+        default="sim",
+        help="sim: a fresh simulator per case; real: the GPU; sim-persistent: one simulator for every case",
+    )
     parser.add_argument("--full", action="store_true", help="run every case (the default)")
     parser.add_argument("--sample", type=int, default=None, help="run this many cases, picked with --seed")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
@@ -63,7 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--jobs",
         type=int,
         default=min(8, os.cpu_count() or 1),
-        help="processes for the simulator's cases (default: one per CPU core, at most 8)",
+        help="processes for the cases, each on its own driver (default: one per CPU core, at most 8)",
+    )
+    parser.add_argument(
+        "--allow-nondeterministic",
+        action="store_true",
+        help="exit 0 when the only findings are cases that were not deterministic (they are still reported)",
     )
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -81,7 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         write_json(result, args.json)
         print(f"wrote {args.json}")
-    return 1 if result.violations else 0
+    if result.violations:
+        return 1
+    return 3 if result.nondeterministic and not args.allow_nondeterministic else 0
 
 
 if __name__ == "__main__":

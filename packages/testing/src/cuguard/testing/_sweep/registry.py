@@ -148,8 +148,14 @@ def dev_only(env: Env) -> SimpleNamespace:
 
 
 def dev_fresh(env: Env) -> SimpleNamespace:
-    """A Device whose primary context is not retained yet."""
-    return _ns(dev=env.resources.Device(0))
+    """A Device whose primary context is not retained yet, and whose properties are read afresh.
+
+    A driver that serves the whole sweep (a GPU) keeps one Device per ordinal, and with it the
+    properties it read: they are forgotten here, so that every case reads them as the first did.
+    """
+    dev = env.resources.Device(0)
+    dev._properties = None  # the cache Device.properties fills on first use
+    return _ns(dev=dev)
 
 
 def with_stream(env: Env) -> SimpleNamespace:

@@ -16,6 +16,19 @@ simulated driver per case) once per call index ``k`` and per failure mode:
 
 Each case is checked (see :func:`_check`) and every broken rule is a
 :class:`Violation`.
+
+Determinism: a case's failure point is an index into the fault-free run's calls, so it
+means something only while the operation makes the same calls up to it. The fault-free
+run is recorded on the driver being swept (in each process that runs cases) and recorded
+twice; a second run that differs, or a case whose calls before and at its failure point
+differ from the fault-free run's, is a :class:`NonDeterministic` finding: a failure of
+the sweep itself, reported apart from the violations (the failure point it meant to test
+was not tested). On a driver that lives through the whole sweep (the real one, or
+``"sim-persistent"``), what one case changes must not reach the next: each case starts
+with the capture mode of the sweep's thread and of cuguard's release thread back at
+CUDA's default, and with automatic garbage collection off (collections happen at the
+points the runner and the scenario choose, and a release handed to the release thread
+is waited for before the operation's recording ends).
 """
 
 from __future__ import annotations
@@ -31,7 +44,18 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cuguard.errors import CUDAError, CUDAWarning, error_name, format_handle, install_driver, real_driver
+from cuguard.errors import (
+    CUDAError,
+    CUDAWarning,
+    defer,
+    error_name,
+    first_sticky_fault,
+    flush_deferred,
+    forget_sticky_fault,
+    format_handle,
+    install_driver,
+    real_driver,
+)
 from cuguard.testing import _faults
 from cuguard.testing._faults import DriverCall, FaultPlan, FaultProxy
 from cuguard.testing._sim import SimulatedCrash, SimulatedDriver
@@ -40,7 +64,18 @@ from cuguard.testing._sweep import registry
 from cuguard.testing._sweep.guard import SafetyDriver
 from cuguard.testing._sweep.registry import Env, Scenario
 
-__all__ = ["CONTEXTS", "MODES", "CaseHooks", "CaseKey", "ScenarioResult", "SweepResult", "Violation", "run_sweep"]
+__all__ = [
+    "CONTEXTS",
+    "DRIVERS",
+    "MODES",
+    "CaseHooks",
+    "CaseKey",
+    "NonDeterministic",
+    "ScenarioResult",
+    "SweepResult",
+    "Violation",
+    "run_sweep",
+]
 
 OUT_OF_MEMORY = 2
 INVALID_VALUE = 1
@@ -61,6 +96,11 @@ _CODES = {
 }
 #: Context situations: nothing current, or another context current.
 CONTEXTS = ("none", "other")
+#: Where cases run: a fresh simulated driver per case, the real driver, or one simulated driver
+#: for the whole sweep (what one case leaves behind meets the next, as on a real GPU).
+DRIVERS = ("sim", "real", "sim-persistent")
+#: CU_STREAM_CAPTURE_MODE_GLOBAL: a thread's capture mode until it exchanges it.
+_DEFAULT_CAPTURE_MODE = 0
 _DEINIT_EXEMPT = frozenset({"cuGetErrorName", "cuGetErrorString"})
 
 
@@ -83,6 +123,28 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class NonDeterministic:
+    """A case (or a second fault-free run, ``mode`` empty) whose calls differ from the fault-free run's.
+
+    ``k`` and ``call`` name the failure point the case meant to test (for a fault-free run:
+    the first call that differs); ``detail`` says where the two sequences part. Not a contract
+    violation: a failure of the sweep, whose failure point went untested.
+    """
+
+    scenario: str
+    layer: str
+    context: str
+    mode: str
+    k: int
+    call: str
+    detail: str
+
+    def __str__(self) -> str:
+        where = "fault-free run" if not self.mode else f"k={self.k} ({self.call}) {self.mode}"
+        return f"{self.scenario} [{self.context}] {where}: {self.detail}"
+
+
+@dataclass(frozen=True)
 class CaseKey:
     scenario: str
     context: str
@@ -99,6 +161,7 @@ class ScenarioResult:
     calls: dict[str, list[str]] = field(default_factory=dict)  # context -> recorded call names
     cases: int = 0
     violations: list[Violation] = field(default_factory=list)
+    nondeterministic: list[NonDeterministic] = field(default_factory=list)
 
     @property
     def failure_points(self) -> int:
@@ -119,6 +182,11 @@ class SweepResult:
     def violations(self) -> list[Violation]:
         return [v for s in self.scenarios for v in s.violations]
 
+    @property
+    def nondeterministic(self) -> list[NonDeterministic]:
+        """The cases (and fault-free runs) that did not follow the fault-free run: the sweep's own failures."""
+        return [n for s in self.scenarios for n in s.nondeterministic]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "driver": self.driver,
@@ -133,6 +201,7 @@ class SweepResult:
                     "failure_points": s.failure_points,
                     "cases": s.cases,
                     "violations": [asdict(v) for v in s.violations],
+                    "nondeterministic": [asdict(n) for n in s.nondeterministic],
                 }
                 for s in self.scenarios
             ],
@@ -210,30 +279,58 @@ def _emulate(sim: SimulatedDriver) -> None:
 
 
 class _Runtime:
-    """Where cases run: a fresh simulated driver per case, or the real driver for the whole sweep."""
+    """Where cases run: a fresh simulated driver per case, or one driver for the whole sweep.
+
+    ``"real"``: the real driver, through a safety net. ``"sim-persistent"``: one simulated
+    driver, through the same net, so that what a case leaves behind (the threads' capture
+    modes, cuguard's caches, the driver's address space) meets the next case as on a GPU.
+    """
 
     def __init__(self, kind: str) -> None:
+        if kind not in DRIVERS:
+            raise ValueError(f"unknown driver {kind!r}: the drivers are {DRIVERS}")
         self.kind = kind
         self.image = registry.KERNELS_PTX
         self.guard: SafetyDriver | None = None
+        self.sim: SimulatedDriver | None = None
         self._stack = ExitStack()
         self._other: Any = None
         self._device: Any = None
         self._previous: Any = None
 
+    @property
+    def persistent(self) -> bool:
+        """Whether one driver serves every case (its state outlives a case)."""
+        return self.kind != "sim"
+
     def __enter__(self) -> _Runtime:
+        if self.kind == "sim":
+            return self
         if self.kind == "real":
-            self.guard = SafetyDriver(real_driver())
-            self._previous = install_driver(self.guard)
-            self._stack.callback(install_driver, self._previous)
-            resources = importlib.import_module("cuguard.resources")
-            context = importlib.import_module("cuguard.context")
-            self._device = resources.Device(0)
+            inner: Any = real_driver()
+        else:
+            from cuguard.testing._sim import simulated_driver
+
+            self.sim = self._stack.enter_context(simulated_driver(devices=2))
+            _emulate(self.sim)
+            inner = self.sim
+        self.guard = SafetyDriver(inner)
+        self._previous = install_driver(self.guard)
+        self._stack.callback(install_driver, self._previous)
+        resources = importlib.import_module("cuguard.resources")
+        context = importlib.import_module("cuguard.context")
+        proxy = _faults._acquire()
+        try:  # initialized through the proxy the cases run under: no case makes the one cuInit
+            context.init_driver()
+        finally:
+            _faults._release(proxy)
+        self._device = resources.Device(0)
+        if self.kind == "real":
             major, minor = self._device.compute_capability
             program = resources.Program(registry.KERNELS_CU, options=[f"-arch=sm_{major}{minor}"])
             self.image = program.compile("cubin").code
-            self._other = context.Context.create(0)
-            self._stack.callback(self._other.close)
+        self._other = context.Context.create(0)
+        self._stack.callback(self._other.close)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -241,10 +338,17 @@ class _Runtime:
 
     @contextmanager
     def case(self) -> Iterator[tuple[Env, Any, FaultProxy, SimulatedDriver | None]]:
-        if self.kind == "real":
+        """A case's driver: ``(env, raw driver, fault proxy, simulator)``.
+
+        The simulator is given only when it is the case's own (its accounting checks the
+        case); a driver that serves the whole sweep is checked through the proxy's ledger.
+        """
+        if self.persistent:
             proxy = _faults._acquire()
             try:
-                yield Env(real=True, image=self.image), proxy.inner, proxy, None
+                env = Env(real=self.kind == "real", image=self.image, sim=self.sim)
+                _fresh_thread_state(proxy.inner)
+                yield env, proxy.inner, proxy, None
             finally:
                 _faults._release(proxy)
             return
@@ -262,6 +366,27 @@ class _Runtime:
         if self._other is not None:
             return self._other
         return env.own(env.context.Context.create(0))
+
+
+def _fresh_thread_state(raw: Any) -> None:
+    """Give the sweep's thread and cuguard's release thread CUDA's default capture mode again.
+
+    A driver that serves the whole sweep keeps each thread's capture mode from one case to the
+    next: a case whose restoring ``cuThreadExchangeStreamCaptureMode`` failed by injection (the
+    driver never saw it) leaves the thread relaxed for good, and cuguard then skips the restore
+    (the thread was relaxed already) in every later case, which makes other calls. Made on the
+    raw driver: nothing is recorded or injected.
+    """
+    from cuda.bindings import driver as cb
+
+    default = cb.CUstreamCaptureMode(_DEFAULT_CAPTURE_MODE)
+
+    def reset() -> None:
+        raw.cuThreadExchangeStreamCaptureMode(default)
+
+    reset()
+    defer(reset)
+    flush_deferred(5)
 
 
 def _current(raw: Any) -> int:
@@ -329,6 +454,39 @@ class CaseHooks:
 class _Outcome:
     calls: list[DriverCall]
     violations: list[Violation]
+    nondeterministic: list[NonDeterministic] = field(default_factory=list)
+
+
+def _label(call: DriverCall) -> str:
+    return call.name + (" (restore)" if call.restore else "")
+
+
+def _diverges(expected: list[DriverCall], got: list[DriverCall], until: int) -> tuple[int, str] | None:
+    """Where ``got`` parts from ``expected`` in its first ``until`` calls: ``(index, what)``, or None.
+
+    Calls are compared by function and by whether they restore a caller's context.
+    """
+    for i, want in enumerate(expected[:until], 1):
+        if i > len(got):
+            return i, f"the run made {len(got)} call(s) and never reached call {i} ({_label(want)})"
+        if _label(got[i - 1]) != _label(want):
+            return i, f"call {i} was {_label(want)} in the fault-free run, {_label(got[i - 1])} here"
+    return None
+
+
+def _compare_runs(
+    scn: Scenario, ctx_mode: str, first: list[DriverCall], second: list[DriverCall]
+) -> NonDeterministic | None:
+    """A second fault-free run that differs from the first (its first difference), or None."""
+    found = _diverges(first, second, len(first))
+    if found is None and len(second) > len(first):
+        extra = second[len(first)]
+        found = len(first) + 1, f"the fault-free run made {len(first)} call(s), another run more ({_label(extra)} next)"
+    if found is None:
+        return None
+    i, detail = found
+    call = _label(first[i - 1]) if i <= len(first) else ""
+    return NonDeterministic(scn.name, scn.layer, ctx_mode, "", i, call, f"two fault-free runs differ: {detail}")
 
 
 def _end_leftover_captures(raw: Any, proxy: Any) -> None:
@@ -400,6 +558,32 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
     def add(rule: str, detail: str) -> None:
         violations.append(Violation(scn.name, scn.layer, ctx_mode, label[0], label[1], label[2], rule, detail))
 
+    # Collections happen where the runner and the scenario ask for them, never at an allocation
+    # count that another case's garbage shifted (a release collected mid-operation makes calls).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        outcome = _run_case_body(runtime, scn, ctx_mode, mode, k, baseline, hooks, add, point, call_k)
+    finally:
+        if collecting:
+            gc.enable()
+    outcome.violations = violations
+    return outcome
+
+
+def _run_case_body(  # noqa: PLR0917 - the checks read best in one place
+    runtime: _Runtime,
+    scn: Scenario,
+    ctx_mode: str,
+    mode: str | None,
+    k: int,
+    baseline: list[DriverCall],
+    hooks: CaseHooks | None,
+    add: _Add,
+    point: str,
+    call_k: str,
+) -> _Outcome:
+    nondeterministic: list[NonDeterministic] = []
     log: list[DriverCall] = []
     with runtime.case() as (env, raw, proxy, sim):
         state: Any = None
@@ -412,17 +596,18 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
                 hooks.prepare(env, proxy)
         except SimulatedCrash as crash:
             add("S2", f"set-up crashed the driver: {crash}")
-            return _Outcome(log, violations)
+            return _Outcome(log, [], nondeterministic)
         except Exception as setup_error:  # noqa: BLE001 - a broken scenario is reported, not raised
             add("scenario", f"set-up failed: {_describe(setup_error)}")
             _teardown(env, state, raw, add)
-            return _Outcome(log, violations)
+            return _Outcome(log, [], nondeterministic)
         before_state = scn.state(env, state) if scn.state is not None and mode is not None else None
         current_before = _current(raw)
         snapshot = sim.snapshot() if sim is not None else None
         ledger = proxy.live_objects()
         guard_before = len(runtime.guard.incidents) if runtime.guard is not None else 0
         plan = _plan(mode, k, baseline) if mode is not None else None
+        fault_before = first_sticky_fault()
         raised: BaseException | None = None
         crashed: SimulatedCrash | None = None
         result: Any = None
@@ -439,6 +624,9 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
                     state._sweep_result = result
                     if scn.kind == "warn":
                         gc.collect()
+                        # A release handed to cuguard's release thread is carried out here, inside
+                        # the recording: at a point of the case, not whenever that thread runs.
+                        flush_deferred(5)
             except SimulatedCrash as crash:
                 crashed = crash
             except BaseException as error:  # noqa: BLE001 - checked below
@@ -449,6 +637,10 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
                     if plan is not None:
                         proxy.plans.remove(plan)
                     proxy._refresh()
+                if plan is not None and plan.fired and fault_before is None and first_sticky_fault() is not None:
+                    # A sticky status the plan made up ends with it: it is not the first fault of a
+                    # driver that serves later cases too (each would be folded into its report, W7).
+                    forget_sticky_fault()
             if sim is not None:
                 sim.drain()
             if hooks is not None:
@@ -469,7 +661,15 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
             if cuda_warnings:
                 add("scenario", f"warnings with no fault injected: {cuda_warnings}")
         else:
-            _check(scn, mode, log, exc, cuda_warnings, add)
+            found = _diverges(baseline, log, k)
+            if found is not None:
+                nondeterministic.append(
+                    NonDeterministic(scn.name, scn.layer, ctx_mode, mode, k, call_k, f"the calls differ: {found[1]}")
+                )
+            if any(c.injected for c in log):
+                _check(scn, mode, log, exc, cuda_warnings, add)
+            elif found is None:  # every call up to the point was made, and none failed: the plan is wrong
+                add("sweep", f"the failure was not injected at call {k} ({call_k})")
         # G1 / W5 / S2: what the operation created, released or misused.
         gc.collect()
         if sim is not None and snapshot is not None:
@@ -571,7 +771,7 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
             ):
                 for incident in book:
                     add(rule, f"driver misuse while releasing the objects afterwards: {incident}")
-    return _Outcome(log, violations)
+    return _Outcome(log, [], nondeterministic)
 
 
 _RELEASE_CALLS = frozenset(
@@ -626,8 +826,7 @@ def _check(  # noqa: PLR0917
 ) -> None:
     """E1, G4, W1, W4: what was raised or reported for the injected failure."""
     first_index = next((i for i, c in enumerate(log) if c.injected), None)
-    if first_index is None:
-        add("sweep", "the injected failure point was not reached (the operation is not deterministic)")
+    if first_index is None:  # nothing failed: the caller reports the case as not deterministic
         return
     first = log[first_index]
     name, code = first.name, first.status
@@ -697,6 +896,39 @@ def _stratified_sample(
     return sorted(first + rng.sample(rest, sample - len(first)))
 
 
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Leave what exists now (modules, the driver serving the sweep) out of every collection of the block.
+
+    Cases collect several times each; a full collection that walks every object of the process
+    costs far more than the case itself. Objects made in the block are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _record(runtime: _Runtime, scn: Scenario, ctx_mode: str, res: ScenarioResult) -> list[DriverCall] | None:
+    """Record ``scn``'s fault-free run twice on ``runtime``; its calls, or None when it failed.
+
+    The first run's violations are the scenario's; a second run that makes other calls is a
+    :class:`NonDeterministic` finding (the cases still run against the first).
+    """
+    outcome = _run_case(runtime, scn, ctx_mode, None, 0, [])
+    res.calls[ctx_mode] = [_label(c) for c in outcome.calls]
+    res.violations.extend(outcome.violations)
+    if outcome.violations:
+        return None
+    again = _run_case(runtime, scn, ctx_mode, None, 0, [])
+    differs = _compare_runs(scn, ctx_mode, outcome.calls, again.calls)
+    if differs is not None:
+        res.nondeterministic.append(differs)
+    return outcome.calls
+
+
 def run_sweep(
     *,
     driver: str = "sim",
@@ -711,99 +943,123 @@ def run_sweep(
 ) -> SweepResult:
     """Run the sweep and return what it found.
 
-    ``driver`` is ``"sim"`` (a fresh simulated driver per case) or ``"real"``
-    (the real driver through the fault proxy and a safety net). ``sample``
-    runs that many cases chosen with ``seed`` (every baseline always runs, and
+    ``driver`` is ``"sim"`` (a fresh simulated driver per case), ``"real"`` (the real driver
+    through the fault proxy and a safety net) or ``"sim-persistent"`` (one simulated driver for
+    every case, through the same net, as the real one is). Each operation's fault-free run is
+    recorded twice on that driver (a difference is a :class:`NonDeterministic` finding), and
+    every case's calls up to its failure point are compared with it. ``sample``
+    runs that many cases chosen with ``seed`` (every fault-free run always runs, and
     one failure point of every operation and failure mode first when ``sample`` is large
     enough: :func:`_stratified_sample`); ``None`` runs them all. ``match`` keeps the scenarios whose name contains it.
-    ``jobs`` above 1 runs the cases of the simulated driver in that many
-    processes, whole scenarios each (the real driver's cases always run in
-    this process, one after the other); the result is the same as with one.
+    ``jobs`` above 1 runs the cases of registry scenarios in that many fresh processes, whole
+    scenarios each, each process recording the fault-free runs again on its own driver; the
+    result is the same as with one. Raises ``ValueError`` for an unknown driver or ``jobs``
+    below 1, before anything runs.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be 1 or more, not {jobs}")
+    if driver not in DRIVERS:
+        raise ValueError(f"unknown driver {driver!r}: the drivers are {DRIVERS}")
     chosen = scenarios if scenarios is not None else registry.scenarios()
-    if driver == "real":
+    if driver != "sim":  # a driver that serves every case runs what a GPU runs
         chosen = [s for s in chosen if s.real]
     if match:
         chosen = [s for s in chosen if match in s.name]
     start = time.perf_counter()
     results = {s.name: ScenarioResult(s.name, s.layer) for s in chosen}
     cases: list[tuple[Scenario, str, str, int, list[DriverCall]]] = []
-    with _Runtime(driver) as runtime:
+    with _Runtime(driver) as runtime, _frozen_heap():
         for scn in chosen:
             for ctx_mode in contexts:
-                outcome = _run_case(runtime, scn, ctx_mode, None, 0, [])
-                res = results[scn.name]
-                res.calls[ctx_mode] = [c.name + (" (restore)" if c.restore else "") for c in outcome.calls]
-                res.violations.extend(outcome.violations)
-                if outcome.violations:
+                calls = _record(runtime, scn, ctx_mode, results[scn.name])
+                if calls is None:
                     continue
                 for mode in modes:
-                    cases.extend((scn, ctx_mode, mode, k, outcome.calls) for k in _points(mode, outcome.calls))
+                    cases.extend((scn, ctx_mode, mode, k, calls) for k in _points(mode, calls))
         total = len(cases)
         if sample is not None and sample < total:
             cases = [cases[i] for i in _stratified_sample(cases, sample, seed)]
-        if jobs > 1 and driver == "sim" and scenarios is None and len(cases) > 1:
-            for name, count, found in _run_in_processes(cases, jobs, progress):
+        if jobs > 1 and scenarios is None and len(cases) > 1:
+            for name, count, found, unsteady in _run_in_processes(cases, jobs, driver, progress):
                 results[name].cases += count
                 results[name].violations.extend(found)
+                results[name].nondeterministic.extend(unsteady)
         else:
             for i, (scn, ctx_mode, mode, k, calls) in enumerate(cases):
                 outcome = _run_case(runtime, scn, ctx_mode, mode, k, calls)
                 res = results[scn.name]
                 res.cases += 1
                 res.violations.extend(outcome.violations)
+                res.nondeterministic.extend(outcome.nondeterministic)
                 if progress is not None and i % 500 == 0:
                     progress(f"{i}/{len(cases)} cases")
     return SweepResult(driver, list(results.values()), time.perf_counter() - start, len(cases) < total, total)
 
 
-# --- running the simulator's cases in several processes ----------------------------------------
+# --- running the cases in several processes ------------------------------------------------------
 
-#: A case as a child process gets it: scenario name, context situation, failure mode, call index.
-_CaseSpec = tuple[str, str, str, int]
+#: A case as a child process gets it: scenario name, context situation, failure mode, call index,
+#: and the fault-free run's calls it was picked from (their labels).
+_CaseSpec = tuple[str, str, str, int, tuple[str, ...]]
+#: What a child process found for one scenario: name, cases run, violations, non-deterministic cases.
+_ShardRow = tuple[str, int, list[Violation], list[NonDeterministic]]
 
 
 def _run_in_processes(
     cases: list[tuple[Scenario, str, str, int, list[DriverCall]]],
     jobs: int,
+    driver: str,
     progress: Callable[[str], None] | None,
-) -> list[tuple[str, int, list[Violation]]]:
-    """Run ``cases`` (of registry scenarios, on the simulator) in ``jobs`` fresh processes.
+) -> list[_ShardRow]:
+    """Run ``cases`` (of registry scenarios) in ``jobs`` fresh processes, each on its own ``driver``.
 
-    A scenario's cases stay together (its baseline is recorded again once per process, on a
-    fresh simulator, as here); the scenarios are dealt out so that each process gets about the
-    same number of cases. Processes are spawned, not forked: the simulator and cuguard run threads.
+    A scenario's cases stay together: each process records the scenario's fault-free run again
+    on its own driver (a run that differs from the one the cases were picked from is a
+    :class:`NonDeterministic` finding) and fails its calls; the scenarios are dealt out so that
+    each process gets about the same number of cases. Processes are spawned, not forked: the
+    simulator and cuguard run threads.
     """
     import multiprocessing
 
     by_scenario: dict[str, list[_CaseSpec]] = {}
-    for scn, ctx_mode, mode, k, _calls in cases:
-        by_scenario.setdefault(scn.name, []).append((scn.name, ctx_mode, mode, k))
+    for scn, ctx_mode, mode, k, calls in cases:
+        labels = tuple(_label(c) for c in calls)
+        by_scenario.setdefault(scn.name, []).append((scn.name, ctx_mode, mode, k, labels))
     shards: list[list[_CaseSpec]] = [[] for _ in range(jobs)]
     for specs in sorted(by_scenario.values(), key=len, reverse=True):
         min(shards, key=len).extend(specs)
     shards = [shard for shard in shards if shard]
     with multiprocessing.get_context("spawn").Pool(len(shards)) as pool:
-        parts = pool.map(_run_shard, shards, chunksize=1)
+        parts = pool.starmap(_run_shard, [(shard, driver) for shard in shards], chunksize=1)
     if progress is not None:
         progress(f"{len(cases)}/{len(cases)} cases in {len(shards)} processes")
     return [row for part in parts for row in part]
 
 
-def _run_shard(specs: list[_CaseSpec]) -> list[tuple[str, int, list[Violation]]]:
-    """Run one process's cases; for each scenario: its name, the cases run and the violations found."""
+def _run_shard(specs: list[_CaseSpec], driver: str = "sim") -> list[_ShardRow]:
+    """Run one process's cases; for each scenario: its name, the cases run and what they found."""
     by_name = {s.name: s for s in registry.scenarios()}
-    found: dict[str, tuple[int, list[Violation]]] = {}
+    found: dict[str, tuple[int, list[Violation], list[NonDeterministic]]] = {}
     baselines: dict[tuple[str, str], list[DriverCall]] = {}
-    with _Runtime("sim") as runtime:
-        for name, ctx_mode, mode, k in specs:
+    with _Runtime(driver) as runtime, _frozen_heap():
+        for name, ctx_mode, mode, k, labels in specs:
             scn = by_name[name]
+            count, violations, unsteady = found.get(name, (0, [], []))
             calls = baselines.get((name, ctx_mode))
             if calls is None:
                 calls = baselines[name, ctx_mode] = _run_case(runtime, scn, ctx_mode, None, 0, []).calls
+                here = [_label(c) for c in calls]
+                if here != list(labels):
+                    detail = _diverges_labels(list(labels), here)
+                    unsteady.append(NonDeterministic(name, scn.layer, ctx_mode, "", 0, "", detail))
             outcome = _run_case(runtime, scn, ctx_mode, mode, k, calls)
-            count, violations = found.get(name, (0, []))
-            found[name] = (count + 1, violations + outcome.violations)
-    return [(name, count, violations) for name, (count, violations) in found.items()]
+            found[name] = (count + 1, violations + outcome.violations, unsteady + outcome.nondeterministic)
+    return [(name, count, violations, unsteady) for name, (count, violations, unsteady) in found.items()]
+
+
+def _diverges_labels(expected: list[str], got: list[str]) -> str:
+    """Where a process's fault-free run parts from the one its cases were picked from."""
+    for i, (want, have) in enumerate(zip(expected, got, strict=False), 1):
+        if want != have:
+            return f"this process's fault-free run differs at call {i}: {want} there, {have} here"
+    return f"this process's fault-free run made {len(got)} call(s), the one its cases came from {len(expected)}"
