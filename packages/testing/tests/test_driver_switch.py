@@ -171,3 +171,48 @@ def test_the_plugin_option_and_the_variable_agree(pytester: pytest.Pytester, mon
     result = pytester.runpytest_subprocess("-s", "--cuguard-driver=sim")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--cuguard-driver=sim contradicts CUGUARD_DRIVER=real*"])
+
+
+_RACY = """
+import pytest
+from cuguard.resources import Device
+
+
+def test_racy(cuguard_driver):
+    dev = Device(0)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    buf = dev.allocate(64)
+    buf.fill(1, s1)
+    buf.fill(2, s2)  # no wait for s1
+    dev.sync()
+
+
+def test_ordered(cuguard_driver):
+    dev = Device(0)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    buf = dev.allocate(64)
+    buf.fill(1, s1)
+    s2.wait(s1)
+    buf.fill(2, s2)
+    dev.sync()
+"""
+
+
+@pytest.mark.contract("B7")
+@needs_install
+def test_racecheck_option_fails_a_racy_test(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUGUARD_DRIVER", raising=False)
+    monkeypatch.delenv("CUGUARD_RACECHECK", raising=False)
+    pytester.makepyfile(_RACY)
+    result = pytester.runpytest_subprocess("--cuguard-racecheck", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*RaceWarning: race on device memory*"])
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    # A project whose ini lets CUDAWarning pass still fails on races with the option ...
+    pytester.makeini("[pytest]\nfilterwarnings =\n    ignore::cuguard.errors.CUDAWarning\n")
+    result = pytester.runpytest_subprocess("--cuguard-racecheck", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    # ... and a -W on the command line has the last word, as for every warning.
+    result = pytester.runpytest_subprocess("--cuguard-racecheck", "-W", "ignore::cuguard.resources.RaceWarning")
+    result.assert_outcomes(passed=2)

@@ -32,6 +32,13 @@
   raised, or the real driver's sticky-fault failure above).
 - ``@pytest.mark.leak_check`` (or ``--cuguard-leak-check`` for every test)
   fails a test that leaves driver objects behind, on either driver.
+- ``--cuguard-racecheck`` turns cuguard's race checker on for the run (contract
+  B7; it sets ``CUGUARD_RACECHECK=1`` for code that reads it): a test during
+  which two operations race fails with the ``RaceWarning`` naming both, raised
+  by the operation that completed the race (from a host function or a
+  collection, through the unraisable hook as above), also when the project's
+  ini ignores ``CUDAWarning`` (a ``-W`` on the command line has the last word).
+  Needs cuguard-resources.
 """
 
 from __future__ import annotations
@@ -87,6 +94,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail every test that leaves CUDA driver objects behind",
     )
     group.addoption("--cuguard-summary", default=None, help="write the contract-clause summary as JSON to this file")
+    group.addoption(
+        "--cuguard-racecheck",
+        action="store_true",
+        default=False,
+        help="turn cuguard's race checker on for the run: a test in which two operations race fails",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,6 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not any("CUDAWarning" in line for line in own):
         config.addinivalue_line("filterwarnings", "error::cuguard.errors.CUDAWarning")
     config.stash[_RESULTS_KEY] = {}
+    if config.getoption("--cuguard-racecheck"):
+        _racecheck_on(config)
     chosen = config.getoption("--cuguard-driver")
     if chosen is not None:
         given = os.environ.get(DRIVER_VARIABLE, "").strip().lower()
@@ -110,6 +125,28 @@ def pytest_configure(config: pytest.Config) -> None:
         # Not on the command line: CUGUARD_DRIVER decides when it is set, else the simulator.
         given = os.environ.get(DRIVER_VARIABLE, "").strip().lower()
         config.option.cuguard_driver = "real" if given == default_driver_choice() == "real" else "sim"
+
+
+_RACECHECK_KEY = pytest.StashKey[ExitStack]()
+
+
+def _racecheck_on(config: pytest.Config) -> None:
+    """``--cuguard-racecheck``: the race checker on until the run ends, and a race an error in every test."""
+    try:  # imported at run time: the testing layer depends on cuguard.errors only (import-linter)
+        resources = importlib.import_module("cuguard.resources")
+    except ImportError as exc:
+        raise pytest.UsageError(f"--cuguard-racecheck needs cuguard-resources ({exc})") from None
+    os.environ["CUGUARD_RACECHECK"] = "1"
+    stack = ExitStack()
+    stack.enter_context(resources.racecheck())
+    config.stash[_RACECHECK_KEY] = stack
+    config.addinivalue_line("filterwarnings", "error::cuguard.resources.RaceWarning")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stack = config.stash.get(_RACECHECK_KEY, None)
+    if stack is not None:
+        stack.close()
 
 
 def _driver_name(config: pytest.Config) -> str:
