@@ -154,3 +154,26 @@ def test_collections_happen_only_where_the_case_asks() -> None:
 def test_unknown_driver_is_refused_before_anything_runs() -> None:
     with pytest.raises(ValueError, match="unknown driver 'gpu'"):
         run_sweep(driver="gpu", match="Device.sync")
+
+
+_MOVED = ["cuMemAddressReserve", "cuMemAddressFree", "cuMemAddressReserve", "cuMemMap", "cuMemCreate", "cuMemMap"]
+
+
+@pytest.mark.parametrize("hints", ["not followed", "followed"])
+@pytest.mark.parametrize("driver", ["sim", "sim-persistent"])
+def test_growth_elsewhere_moves_the_buffer_in_every_case(
+    driver: str, hints: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whether the driver follows address hints (the simulator when told to) or not (an H200, and
+    # the simulator by default), the set-up takes the addresses after the buffer: the growth asks
+    # for them, gives back what it got instead, and moves the buffer to a new range, every time.
+    from cuguard.testing._sim.vmm import SimVmm
+
+    monkeypatch.setattr(SimVmm, "follow_address_hints", hints == "followed")
+    result = run_sweep(driver=driver, match="VirtualMemoryResource.modify_allocation[elsewhere]")
+    ((scenario,),) = [result.scenarios]
+    calls = [c for c in scenario.calls["none"] if c.startswith("cuMem")]
+    assert calls[: len(_MOVED)] == _MOVED
+    assert scenario.cases > 0
+    assert not result.nondeterministic, "\n".join(str(n) for n in result.nondeterministic)
+    assert not result.violations, "\n".join(str(v) for v in result.violations)

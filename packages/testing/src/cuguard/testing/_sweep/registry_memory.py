@@ -74,28 +74,54 @@ def _hinted_vmm_buffer(env: Env) -> SimpleNamespace:
 
 
 def _blocked_vmm_buffer(env: Env) -> SimpleNamespace:
-    """A buffer whose next addresses are reserved, so that growing it must move it.
+    """A buffer whose next addresses are taken, so that growing it must move it, on any driver.
 
-    The simulator follows address hints here, so the reservation does block them; a driver that
-    does not follow them (an H200) puts it elsewhere, and growing moves the buffer all the same.
+    The addresses right after the buffer are asked for (a growth's size, at that hint) until the
+    driver gives them or its answers pass them by: a driver that follows hints (the simulator
+    when told to) gives them at once; one that does not (an H200, and the simulator by default)
+    picks addresses of its own, and each reservation kept here takes the place a growth would
+    get next. Either way no growth can get the addresses after the buffer: every case moves it.
+    The reservations are freed after the case.
     """
-    if env.sim is not None:
-        env.sim.follow_address_hints = True
     s = _with_vmm_buffer(env)
     drv = env.errors.driver
     g = s.mr.granularity
     end = s.buf.ptr + g
-    err, blocker = drv.cuMemAddressReserve(4 * g, 0, end, 0)
-    if err:
-        env.errors.raise_status(err, "cuMemAddressReserve")
+    taken: list[Any] = []
 
     def unblock() -> None:
-        (err,) = drv.cuMemAddressFree(blocker, 4 * g)
-        if err:
-            env.errors.raise_status(err, "cuMemAddressFree")
+        while taken:
+            (err,) = drv.cuMemAddressFree(taken[-1], g)
+            if err:
+                env.errors.raise_status(err, "cuMemAddressFree")
+            taken.pop()
 
     env.own(unblock)
-    return s
+    previous: int | None = None
+    for _ in range(_BLOCK_TRIES):
+        err, va = drv.cuMemAddressReserve(g, 0, end, 0)
+        if err:
+            env.errors.raise_status(err, "cuMemAddressReserve")
+        taken.append(va)
+        here = int(va)
+        if here == end or (previous is not None and _passed(end, previous, here)):
+            return s
+        previous = here
+    raise RuntimeError(f"the addresses after the buffer stayed free after {_BLOCK_TRIES} reservations")
+
+
+#: How many reservations :func:`_blocked_vmm_buffer` makes at most before it gives up.
+_BLOCK_TRIES = 64
+
+
+def _passed(end: int, previous: int, here: int) -> bool:
+    """Whether a driver whose reservations went from ``previous`` to ``here`` will not give ``end`` next.
+
+    Its answers crossed ``end``, or moved away from it on the same side.
+    """
+    if (previous < end) != (here < end):
+        return True
+    return abs(here - end) > abs(previous - end)
 
 
 def _vmm_state(env: Env, s: Any) -> Any:
