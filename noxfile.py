@@ -19,8 +19,10 @@ Sessions
   (``scripts/differential.py``) with each cuda-bindings major; with no GPU only on the
   simulator, which checks that every scenario runs.
 - ``docs``: runs every Python example of the user guide (``docs/test_examples.py``: the
-  contract page has one per clause) and builds the guide and API reference with Sphinx,
-  warnings as errors, with every package installed editable.
+  contract page has one per clause) and the cuda.core-style programs of ``examples/cuda_core/``
+  on the simulated driver with their stand-ins (``docs/test_cuda_core_examples.py``), and
+  builds the guide and API reference with Sphinx, warnings as errors, with every package
+  installed editable.
 - ``install``: runs the README's install-from-a-clone line in a fresh environment and imports
   every layer.
 - ``build``: builds the sdist and wheel of every package and of the meta-package in
@@ -487,10 +489,12 @@ def docs(session: nox.Session) -> None:
         *DOCS_TOOLS,
         "pytest>=8",
         "numpy>=1.26",
-        *COMPILER_LIBRARIES[DEFAULT_BINDINGS_MAJOR],  # the E2 example compiles with NVRTC
+        *COMPILER_LIBRARIES[DEFAULT_BINDINGS_MAJOR],  # the E2 example and examples/cuda_core compile with NVRTC
     )
     docs_dir = ROOT / "docs"
-    session.run("pytest", "-q", "-p", "no:cacheprovider", str(docs_dir / "test_examples.py"), *session.posargs)
+    # The guide's examples, then the programs of examples/cuda_core/ (on the simulator, with their stand-ins).
+    examples = [str(docs_dir / "test_examples.py"), str(docs_dir / "test_cuda_core_examples.py")]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *examples, *session.posargs)
     out = Path(session.create_tmp()) / "docs"
     shutil.rmtree(out, ignore_errors=True)
     session.run(
