@@ -39,6 +39,9 @@ Sessions
 - ``misuse``: the misuse sweep (contract B6) on the simulated driver: its package
   test, then ``scripts/misuse`` with a fixed, derandomized budget (about a minute;
   ``-- --examples 1000 --seed 7`` for a longer seeded run).
+- ``racecheck``: the README's tour and the user guide's examples with the race checker on
+  (``CUGUARD_RACECHECK=1``, contract B7): a race reported in any of them fails the session
+  (not in the default run: about two minutes; the cross-layer suite runs the tour so).
 - ``contract(cuda<major>)``: installs the meta-package ``cuguard`` from the repository
   root (its dependencies name the runtime layers, resolved to the checkouts installed in
   the same command) with cuguard-testing and each cuda-bindings major (with that major's
@@ -330,6 +333,23 @@ def demo(session: nox.Session) -> None:
     """Run the README's tour, as a new user would (the pure-Python install)."""
     _install_local(session, [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS], "numpy>=1.26")
     session.run("python", str(ROOT / "examples" / "tour.py"))
+
+
+@nox.session
+def racecheck(session: nox.Session) -> None:
+    """The tour and the user guide's examples with the race checker on (B7): no race may be reported."""
+    _install_local(
+        session,
+        [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS],
+        "pytest>=8",
+        "numpy>=1.26",
+        *COMPILER_LIBRARIES[DEFAULT_BINDINGS_MAJOR],
+    )
+    tour = str(ROOT / "examples" / "tour.py")  # it picks its driver itself
+    session.run("python", "-W", "error::cuguard.resources.RaceWarning", tour, env={"CUGUARD_RACECHECK": "1"})
+    examples = str(ROOT / "docs" / "test_examples.py")
+    env = {"CUGUARD_RACECHECK": "1", "CUGUARD_DRIVER": "sim"}
+    session.run("pytest", "-q", "-p", "no:cacheprovider", examples, *session.posargs, env=env)
 
 
 @nox.session

@@ -27,6 +27,12 @@ Usage::
     python benchmarks/overhead.py --quick --out x.json  # shorter batches (~5 ms instead of ~25 ms)
     python benchmarks/overhead.py --driver sim --quick  # cuguard vs. the simulated driver (CPU only)
     python benchmarks/overhead.py --profile             # also cProfile the cuguard side of each operation
+    python benchmarks/overhead.py --racecheck           # cuguard's variants with the race checker on (B7)
+
+With ``--racecheck`` (or ``CUGUARD_RACECHECK=1`` in the environment) the cuguard
+variants run with the race checker on, so its cost can be read against a run
+without it; the report says ``"racecheck": true``. Without, the checker is off, as
+it is by default: the hot paths then read one flag.
 
 With ``--driver sim`` the "raw" variant calls the simulated driver's functions
 directly and cuda.core is skipped; those results are marked ``"simulated": true``
@@ -1486,6 +1492,9 @@ def _driver(kind: str) -> Iterator[Any]:
         yield sim
 
 
+_OFF = ("", "0", "false", "no", "off")  # CUGUARD_RACECHECK values that leave the checker off
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--driver", choices=("real", "sim"), default="real")
@@ -1501,6 +1510,9 @@ def main(argv: list[str] | None = None) -> int:
         default="cubin",
         help="the empty kernel as an NVRTC cubin (default) or hand-written PTX (for a no-op driver library)",
     )
+    parser.add_argument(
+        "--racecheck", action="store_true", help="run cuguard's variants with the race checker on (its cost)"
+    )
     args = parser.parse_args(argv)
     if wanted_unknown := {n.strip() for n in args.ops.split(",") if n.strip()} - set(OP_NAMES.values()):
         parser.error(f"--ops: no operation {', '.join(sorted(wanted_unknown))} (known: {', '.join(OP_NAMES.values())})")
@@ -1513,7 +1525,13 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {name.strip() for name in args.ops.split(",") if name.strip()}
 
     started = datetime.datetime.now(datetime.UTC)
-    with _driver(args.driver) as raw:
+    checking = contextlib.ExitStack()
+    racechecking = args.racecheck or os.environ.get("CUGUARD_RACECHECK", "").strip().lower() not in _OFF
+    if racechecking:
+        from cuguard.resources import racecheck
+
+        checking.enter_context(racecheck())
+    with checking, _driver(args.driver) as raw:
         env = Env(raw, simulated)
         if args.kernel == "ptx":
             env.kernel_kind = "ptx-asked"
@@ -1546,6 +1564,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "cuguard overhead (issues 8 and 16)",
         "date": started.isoformat(timespec="seconds"),
         "simulated": simulated,
+        "racecheck": racechecking,
         "driver": "simulated (cuguard.testing)" if simulated else "real",
         "machine": machine,
         "versions": versions,

@@ -27,7 +27,14 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent
-PAGES = ["getting-started.md", "contract.md", "testing.md", "without-a-gpu.md", "coming-from-cuda-core.md"]
+PAGES = [
+    "getting-started.md",
+    "contract.md",
+    "testing.md",
+    "without-a-gpu.md",
+    "coming-from-cuda-core.md",
+    "racecheck.md",
+]
 CLAUSES = [
     *(f"E{i}" for i in range(1, 6)),
     *(f"G{i}" for i in range(1, 7)),
@@ -35,7 +42,7 @@ CLAUSES = [
     *(f"C{i}" for i in range(1, 5)),
     *(f"O{i}" for i in range(1, 7)),
     *(f"S{i}" for i in range(1, 4)),
-    *(f"B{i}" for i in range(1, 7)),
+    *(f"B{i}" for i in range(1, 8)),
 ]
 _FENCE = re.compile(r"^```python\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _TEST_FILE = re.compile(r"#.*?\b(test_\w+\.py)")

@@ -422,21 +422,26 @@ def test_device_to_device_copy(checked: Device, module: Module, edge: bool) -> N
 _PROGRAM = """
 import warnings
 from cuguard.resources import Device, RaceWarning, racecheck_enabled
-dev = Device(0)
-s1, s2 = dev.create_stream(), dev.create_stream()
-buf = dev.allocate(64)
-buf.fill(1, s1)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    buf.fill(2, s2)
-dev.sync()
-print(racecheck_enabled(), sum(issubclass(w.category, RaceWarning) for w in caught))
+from cuguard.testing import simulated_driver
+with simulated_driver():
+    dev = Device(0)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    buf = dev.allocate(64)
+    buf.fill(1, s1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        buf.fill(2, s2)
+    dev.sync()
+    print(racecheck_enabled(), sum(issubclass(w.category, RaceWarning) for w in caught))
+    buf.close()
+    s1.close()
+    s2.close()
 """
 
 
 @pytest.mark.parametrize("value", ["1", "0", ""])
 def test_environment_variable_turns_it_on_for_a_whole_program(value: str) -> None:
-    env = dict(os.environ, CUGUARD_DRIVER="sim", CUGUARD_RACECHECK=value)
+    env = dict(os.environ, CUGUARD_RACECHECK=value)
     done = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == (["True", "1"] if value == "1" else ["False", "0"])
