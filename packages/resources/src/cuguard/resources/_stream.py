@@ -258,24 +258,24 @@ class Stream(Resource):
             (err,) = driver.cuStreamSynchronize(handle)
         if err:
             raise_status(err, "cuStreamSynchronize")
+        if _race.ON:
+            _race.stream_synced(self)
         if _captures._waiting:
             _captures.release_waiting()  # frees that waited for a capture begun elsewhere (G6)
 
     def query(self) -> bool:
         """Whether all queued work has finished (never blocks)."""
         handle = self.handle
-        if _race.ON:
-            _race.stream_synced(self)
         (err,) = driver.cuStreamQuery(handle)
         if not err:
+            if _race.ON:
+                _race.stream_synced(self)
             return True
         if int(err) == 600:  # CUDA_ERROR_NOT_READY
             return False
         raise_status(err, "cuStreamQuery")
 
     def wait(self, other: Event | Stream) -> None:
-            if _race.ON:
-                _race.stream_synced(self)
         """Make future work on this stream wait for ``other``.
 
         ``other`` is an :class:`Event` (waits for its last record) or a
@@ -289,14 +289,14 @@ class Stream(Resource):
             (err,) = driver.cuStreamWaitEvent(handle, other._handle, 0)
             if err:
                 raise_status(err, "cuStreamWaitEvent")
+            if _race.ON:
+                _race.waited(self, other)
             return
         if not isinstance(other, Stream):
             if getattr(type(other), "__cuda_stream__", None) is None:
                 raise wrong_kind("other", "an Event or a Stream (or an object with __cuda_stream__)", other)
             other = as_stream(other, "other", kind="an Event or a Stream (or an object with __cuda_stream__)")
         self._check_open()
-            if _race.ON:
-                _race.waited(self, other)
         other._check_open()
         with Event._create(other._context, other._device, timing=False) as event:
             event.record(other)
@@ -304,14 +304,14 @@ class Stream(Resource):
             (err,) = driver.cuStreamWaitEvent(handle, event._handle, 0)
             if err:
                 raise_status(err, "cuStreamWaitEvent")
+            if _race.ON:
+                _race.waited(self, event)
 
     def record(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new timing event if ``None``) on this stream; return it.
 
         If recording a new event fails, the event is released before the
         error propagates (G1).
-            if _race.ON:
-                _race.waited(self, event)
         """
         if event is not None:
             _event_arg(event, "event").record(self)
@@ -350,14 +350,14 @@ class Stream(Resource):
                 f"{self!r} is being captured into a graph: a host function launched on it would run only once "
                 "(cuda-bindings frees its data after the first call); use GraphBuilder.callback() instead"
             )
+        if _race.ON:
+            fn = _race.host_func(self, fn)  # runs as a step of this stream (B7)
         token = next(_tokens)
         with _pending_lock:
             _pending[token] = (fn, self)
         (err,) = driver.cuLaunchHostFunc(handle, driver_types().CUhostFn(_HOST_FN_ADDRESS), token)
         if err:
             with _pending_lock:
-        if _race.ON:
-            fn = _race.host_func(self, fn)  # runs as a step of this stream (B7)
                 _pending.pop(token, None)
             raise_status(err, "cuLaunchHostFunc")
 
@@ -561,41 +561,41 @@ class Event(Resource):
             (err,) = driver.cuEventRecord(self._handle, stream._handle)
         if err:
             raise_status(err, "cuEventRecord")
+        if _race.ON:
+            _race.recorded(self, stream)
 
     def sync(self) -> None:
         """Wait until the work before the last record has finished.
 
         Raises ``ResourceClosedError`` once closed and :class:`~cuguard.errors.CUDAError`
         if the driver refuses; a kernel fault surfaces here as a sticky ``CUDAError``.
-        if _race.ON:
-            _race.recorded(self, stream)
         """
         if self._closed or self._context._closed:
             self._check_open()
         (err,) = driver.cuEventSynchronize(self._handle)
         if err:
             raise_status(err, "cuEventSynchronize")
+        if _race.ON:
+            _race.event_synced(self)
 
     def query(self) -> bool:
         """Whether the work before the last record has finished (a never-recorded event is done)."""
         if self._closed or self._context._closed:
             self._check_open()
         fp = _fp
-        if _race.ON:
-            _race.event_synced(self)
         if fp is not None:
             err = fp.event_query(self._handle)  # compiled: the status back, raised here
         else:
             (err,) = driver.cuEventQuery(self._handle)
         if not err:
+            if _race.ON:
+                _race.event_synced(self)
             return True
         if int(err) == 600:  # CUDA_ERROR_NOT_READY
             return False
         raise_status(err, "cuEventQuery")
 
     def elapsed_since(self, start: Event) -> float:
-            if _race.ON:
-                _race.event_synced(self)
         """Milliseconds between ``start`` and this event; both must be recorded timing events.
 
         The driver answers ``CUDA_ERROR_INVALID_HANDLE`` (raised as
