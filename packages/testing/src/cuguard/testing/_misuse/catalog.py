@@ -1580,6 +1580,7 @@ COVERAGE: dict[str, str] = {
         "StickyCUDAError.is_sticky",
     ),
     "CUDAWarning": "a warning class: every step checks the CUDAWarnings it caused (W1, W4, O6)",
+    "StickyFaultWarning": "a CUDAWarning class: the steps check it as every CUDAWarning they caused (W1, W7)",
     "DriverSeam": "the type of cuguard.errors.driver, the seam every driver call goes through; never constructed",
     "Unique": "step:copy",
     "errors.install_driver": "step:switch",
