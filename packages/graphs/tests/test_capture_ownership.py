@@ -348,3 +348,30 @@ def test_a_builder_on_a_closed_foreign_wrapper_still_ends_its_capture(cuguard_dr
     finally:
         driver.cuStreamDestroy(raw)
         driver.cuCtxSetCurrent(cb.CUcontext(0))
+
+
+@pytest.mark.contract("G6", "O6")
+@pytest.mark.parametrize("end", ["close", "join then end_building"])
+def test_a_release_waiting_for_a_forked_capture_runs_when_the_capture_ends(
+    cuguard_driver: Any, dev: Device, stream: Stream, end: str
+) -> None:
+    closed_stream = dev.create_stream()
+    buf = dev.allocate(16, closed_stream)
+    closed_stream.sync()
+    closed_stream.close()  # the buffer's free now needs cuCtxSynchronize
+    handle = int(buf._handle)
+    builder = GraphBuilder(stream).begin_building()
+    forks = builder.split(3)  # (builder, fork, fork): the capture runs on the forks' streams too
+    with record_calls() as log:
+        del buf
+        gc.collect()
+    assert "cuCtxSynchronize" not in [c.name for c in log]  # it would break the capture: it waits
+    assert _live(cuguard_driver, handle)
+    with record_calls() as log:
+        if end == "close":
+            builder.close()  # ends the root's capture first, then lets go of the forks' streams
+        else:
+            builder.join(*forks[1:]).end_building()
+            builder.close()
+    assert "cuCtxSynchronize" in [c.name for c in log]  # no fork's stream still counts as capturing
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)

@@ -74,7 +74,7 @@ _counts: dict[tuple[object, int], int] = {}
 _tables: dict[int, dict[int, object]] = {}
 # Releases waiting for a capture to end, in the order they became due.
 _waiting: list[Resource] = []
-_ended = [0]  # counted captures ended so far (wait_for_capture's check for an end it raced with)
+_ended = [0]  # captures (and forks' parts) ended so far (wait_for_capture's check for an end it raced with)
 
 
 # Streams someone else may capture (``Stream._may_capture``), by driver context: before a release that needs
@@ -152,9 +152,17 @@ def capture_joined(stream: Stream, owners: dict[int, object]) -> None:
 
 
 def capture_left(stream: Stream) -> None:
-    """``stream`` no longer captures (a fork's part ended): forget its owner table. Never fails."""
+    """``stream`` no longer captures (a fork's part ended): forget its owner table. Never fails.
+
+    A release that waited because of that stream (a free queued on it, or
+    ``cuCtxSynchronize`` while it captured) is asked again at once.
+    """
     with _lock:
-        _tables.pop(int(stream._handle), None)
+        left = _tables.pop(int(stream._handle), None) is not None
+        if left:
+            _ended[0] += 1
+    if left:
+        release_waiting()
 
 
 def capture_ended(stream: Stream) -> None:
@@ -167,7 +175,12 @@ def capture_ended(stream: Stream) -> None:
     """
     with _lock:
         key = _began.pop(int(stream._handle), None) or _key(stream._context)
-        _tables.pop(int(stream._handle), None)
+        owners = _tables.pop(int(stream._handle), None)
+        if owners is not None:
+            # The forks' streams captured for the same capture (one shared table): it is over for them too,
+            # even before their own capture_left, so no release waits on them after this end.
+            for handle in [h for h, table in _tables.items() if table is owners]:
+                del _tables[handle]
         _ended[0] += 1
         count = _counts.get(key, 0) - 1
         if count > 0:
@@ -242,7 +255,7 @@ def stream_capturing(stream: Stream) -> bool:
 
 
 def generation() -> int:
-    """How many counted captures have ended so far: read it before asking whether a release must wait."""
+    """How many captures (or forks' parts) have ended so far: read it before asking whether a release must wait."""
     return _ended[0]
 
 
