@@ -214,10 +214,12 @@ def test_a_new_first_fault_gets_a_report_of_its_own() -> None:
         warnings.simplefilter("always")
         things.pop().release()  # the first fault: warned
         things.pop().release()  # counted
+        assert len(seen) == 1
         forget_sticky_fault()  # what a fault plan does when the sticky status it made up ends with it
+        assert len(seen) == 2  # what was counted under that fault is summed up at once
         things.pop().release()  # the same call refused again: a new first fault, warned again
         del things
         _settle()
     reports = [w.message for w in seen]
     assert all(isinstance(w, StickyFaultWarning) for w in reports)
-    assert [(w.summary, w.leaked) for w in reports] == [(False, 1), (False, 1), (True, 1)]  # type: ignore[attr-defined]
+    assert [(w.summary, w.leaked) for w in reports] == [(False, 1), (True, 1), (False, 1)]  # type: ignore[attr-defined]

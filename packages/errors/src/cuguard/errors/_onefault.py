@@ -264,6 +264,21 @@ def _summarize(record: _Record, at_exit: bool = False) -> None:
     )
 
 
+def fault_ended(state: dict[str, Any]) -> None:
+    """The driver whose ``driver_state()`` is ``state`` forgot its sticky fault (a fault plan's, ended).
+
+    Releases refused under it were counted for good: their summaries come now, not when the
+    contexts' objects are gone (later releases succeed, or make a report of their own). An
+    escalated warning goes to ``sys.unraisablehook``. Never raises otherwise.
+    """
+    from cuguard.errors._report import call_unraisable
+
+    with _lock:
+        records: dict[object, _Record] = state.pop(_KEY, {})
+    for record in records.values():
+        call_unraisable(_summarize, record, what="the summary of releases refused after a sticky fault")
+
+
 def _gc_phase(phase: str, info: dict[str, int], _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
     """Summaries that fell due during a collection are decided when it ends (its finalizers have run)."""
     if phase == "start":

@@ -404,11 +404,16 @@ def forget_sticky_fault() -> None:
     """Forget the first sticky fault of the driver behind the seam.
 
     For fault injection only: a sticky status that a fault plan made up ends
-    with the plan. A real driver never recovers from a sticky fault. Never raises.
+    with the plan. A real driver never recovers from a sticky fault. The
+    releases counted under that fault (W7) get their summary now, each through
+    ``sys.unraisablehook`` when ``CUDAWarning`` is escalated. Never raises.
     """
     state = _states.get(_token)
     if state is not None:
         state.pop(_FIRST_FAULT, None)
+        from cuguard.errors._onefault import fault_ended
+
+        fault_ended(state)  # W7: what was counted under that fault is summed up now
 
 
 def forget_driver(token: Any) -> None:
