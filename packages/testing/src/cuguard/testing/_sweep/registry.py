@@ -1069,6 +1069,8 @@ NO_DRIVER_CALL: dict[str, str] = {
     "resources.DeviceProperties()": "refused with TypeError: use Device.properties (swept through it)",
     "resources.MemoryInfo": "a record of free and total bytes (Device.memory_info is swept): no driver call",
     "resources.Buffer.owned": _NO_CALL_RESOURCE,
+    "resources.racecheck": "turns the race checker (B7) on or off for a block: no driver call",
+    "resources.racecheck_enabled": "reads the race checker's flag (B7): no driver call",
     "graphs.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
     "testing.run_misuse_sweep": "runs the misuse sweep (B6) on drivers of its own; swept by running it, not here",
     "testing.MisuseResult": "a record of what the misuse sweep found: no driver call",
