@@ -133,6 +133,7 @@ SYNC_OPS = frozenset(
         "Context.synchronize",
         "wait_attributed",
         "errors.attribute_faults",  # attribution waits for a launch (but never for a captured one: checked)
+        "Buffer.from_cuda_array_interface",  # without a stream it synchronizes the producer's stream (documented)
     }
 )
 #: Operations whose requested work allocates, copies or sets memory (they may also wait for the copy).
@@ -142,6 +143,9 @@ MEMORY_OPS = frozenset(
         "Device.allocate_pinned",
         "Buffer.copy_from",
         "Buffer.copy_to",
+        "PinnedBuffer.copy_from",
+        "PinnedBuffer.copy_to",
+        "Device.memory_resource",  # Device.allocate through the resource set
         "Buffer.fill",
         "Buffer.from_dlpack",
         "PinnedBuffer.numpy",
