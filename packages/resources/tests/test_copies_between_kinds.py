@@ -278,3 +278,37 @@ def test_the_grant_names_every_device_in_one_call(device: Device) -> None:
     assert int(grants[0].args[2]) == Device.count()
     assert sorted(int(d.location.id) for d in grants[0].args[1]) == list(range(Device.count()))
     pool.close()
+
+
+# --- the race checker sees pinned-to-pinned copies (B7) ---------------------------------------
+
+
+def _races(program: Callable[[], object]) -> list[str]:
+    import warnings
+
+    from cuguard.resources import RaceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RaceWarning)
+        program()
+    return [str(w.message) for w in caught if issubclass(w.category, RaceWarning)]
+
+
+@pytest.mark.contract("B7")
+@pytest.mark.parametrize("ordered", [False, True], ids=["unordered", "event"])
+def test_pinned_copies_on_two_streams_race_unless_ordered(device: Device, ordered: bool) -> None:
+    from cuguard.resources import racecheck
+
+    with racecheck(), device.create_stream() as first, device.create_stream() as second:
+        a, b = device.allocate_pinned(SIZE), device.allocate_pinned(SIZE)
+        b.copy_from(a, stream=first)  # writes b on the first stream
+        if ordered:
+            second.wait(first)
+        found = _races(lambda: a.copy_from(b, stream=second))  # reads b on the second
+        assert len(found) == (0 if ordered else 1)
+        if found:
+            assert "cuMemcpyAsync" in found[0]
+        first.sync()
+        second.sync()
+        a.close()
+        b.close()

@@ -773,6 +773,8 @@ def _copy_pinned(dst: PinnedBuffer, src: PinnedBuffer, stream: Any) -> None:
         call = "cuMemcpyAsync"
     if err:
         raise_status(err, call)
+    if _race.ON:
+        _race.copied(dst, src, stream, call, dst._context)  # B7
     if stream is not None and _captures._tables:
         _note_captured(stream, dst, src)
 
