@@ -85,6 +85,12 @@ def test_the_default_is_the_devices_current_pool_made_once(device: Device) -> No
     err, still = driver.cuDeviceGetMemPool(device.ordinal)
     assert not err
     assert int(still) == int(pool)
+    fresh = device.memory_resource  # a closed default is never handed out: the next read makes a new one
+    assert fresh is not default
+    assert not fresh.closed
+    assert int(fresh.handle) == int(pool)
+    buf = device.allocate(SIZE)  # and the device's allocation is unaffected
+    buf.close()
 
 
 @pytest.mark.contract("O2")

@@ -35,8 +35,17 @@ def stream(device: Device) -> Iterator[Stream]:
     s.close()
 
 
+@pytest.fixture
+def uncached(device: Device) -> Iterator[None]:
+    """The device's properties as if never read (the Device object is process-wide: on a GPU, other tests read them)."""
+    kept = device._properties
+    device._properties = None
+    yield
+    device._properties = kept
+
+
 @pytest.mark.contract("O2", "E1")
-def test_properties_are_cached_per_device_under_cuda_core_names(device: Device) -> None:
+def test_properties_are_cached_per_device_under_cuda_core_names(device: Device, uncached: None) -> None:
     props = device.properties
     assert isinstance(props, DeviceProperties)
     assert device.properties is props
@@ -60,7 +69,7 @@ def test_properties_are_cached_per_device_under_cuda_core_names(device: Device) 
 
 
 @pytest.mark.contract("E1", "G3")
-def test_refused_property_read_raises_and_caches_nothing(device: Device) -> None:
+def test_refused_property_read_raises_and_caches_nothing(device: Device, uncached: None) -> None:
     props = device.properties
     with inject("cuDeviceGetAttribute", INVALID_VALUE), pytest.raises(CUDAError) as info:
         _ = props.max_block_dim_x

@@ -340,7 +340,9 @@ class Device:
         The default is a :class:`~cuguard.resources.DeviceMemoryResource`
         over the device's current memory pool (the driver's default pool
         unless one was made current elsewhere), made on first read and the
-        same object afterwards; it owns nothing (closing it destroys no pool).
+        same object afterwards; it owns nothing (closing it destroys no pool;
+        once closed, by the program or with its context, the next read makes
+        a new default).
         While it is the resource, :meth:`allocate` keeps its own allocation:
         stream-ordered from that same pool (``cuMemAllocAsync``) or
         synchronous (``cuMemAlloc``), its buffers not counted by the resource
@@ -368,13 +370,13 @@ class Device:
         if mr is not None:
             return mr
         default = self._default_mr
-        if default is None:
+        if default is None or default._closed:
             from cuguard.resources._pools import DeviceMemoryResource
 
             made = DeviceMemoryResource(self)
             with _devices_lock:  # one default per device, whichever thread made it first
                 default = self._default_mr
-                if default is None:
+                if default is None or default._closed:
                     default = self._default_mr = made
         return default
 

@@ -569,10 +569,15 @@ def _watched(fn: Callable[[], Any], timeout: float) -> tuple[Any, threading.Thre
 
 
 def _stack(thread: threading.Thread) -> str:
-    frame = sys._current_frames().get(thread.ident or -1)
-    if frame is None:
-        return "(the thread's stack could not be read)"
-    return "".join(traceback.format_stack(frame))
+    """The hung thread's stack, then every other thread's (a hang is often a wait on another thread)."""
+    frames = sys._current_frames()
+    frame = frames.get(thread.ident or -1)
+    text = "(the thread's stack could not be read)" if frame is None else "".join(traceback.format_stack(frame))
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, other in frames.items():
+        if ident not in {thread.ident, threading.get_ident()}:
+            text += f"\n    -- thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(other))
+    return text
 
 
 def _one(runtime: _Runtime, scn: Scenario, ctx_mode: str, hooks: _GcHooks) -> list[Violation]:
