@@ -37,10 +37,12 @@ def stream(device: Device) -> Iterator[Stream]:
 
 @pytest.fixture
 def restore(device: Device) -> Iterator[None]:
-    """Put the device's default resource back after the test (the Device object is process-wide)."""
-    default = device.memory_resource
+    """Put the device's default resource back after the test (the Device object is process-wide).
+
+    Whatever the test did to the resource it set (closed it, say), the device's own allocation is back.
+    """
     yield
-    device.memory_resource = default
+    device._memory_resource = None
 
 
 class _Counting(MemoryResource[Buffer]):
