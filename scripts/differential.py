@@ -2311,6 +2311,43 @@ def capture_relaxed_thread_frees_during_a_capture(d: Any) -> Obs:
 
 
 @scenario
+def graph_teardown_during_a_capture(d: Any) -> Obs:
+    """Destroying a graph and an executable graph while a global-mode capture of the same thread runs
+    (what a collection does), in global mode then in relaxed mode: each call's status, and whether the
+    capture survived it."""
+    out: Obs = []
+    with Ctx(d):
+        s = ok(d.cuStreamCreate(1))
+        for relaxed in (False, True):
+            graph = ok(d.cuGraphCreate(0))
+            ok(d.cuGraphAddEmptyNode(graph, None, 0))
+            exe = ok(d.cuGraphInstantiate(graph, 0))
+            spare = ok(d.cuGraphCreate(0))
+            ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+            try:
+                if relaxed:
+                    old = d.cuThreadExchangeStreamCaptureMode(_CAP.CU_STREAM_CAPTURE_MODE_RELAXED)
+                    out.append(name(old[0]))
+                destroyed = d.cuGraphExecDestroy(exe)[0]
+                out.append(["cuGraphExecDestroy", name(destroyed)])
+                out.append(["cuGraphDestroy", name(d.cuGraphDestroy(spare)[0])])
+                if relaxed:
+                    back = d.cuThreadExchangeStreamCaptureMode(_CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)
+                    out.append(name(back[0]))
+                status, captured = _ended(d, s)
+                out.append(status)
+                if captured is not None:
+                    d.cuGraphDestroy(captured)
+            finally:
+                _end_quietly(d, s)
+            if int(destroyed):
+                d.cuGraphExecDestroy(exe)  # refused during the capture: destroyed now
+            d.cuGraphDestroy(graph)
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
 def capture_sync_by_mode_and_destroyed_stream(d: Any) -> Obs:
     # cuCtxSynchronize while a capture begun in each mode runs on a stream of the context (the thread
     # in the same mode), and what destroying a capturing stream does: its status, then a sync.

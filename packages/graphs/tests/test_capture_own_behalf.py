@@ -218,3 +218,34 @@ def test_a_fault_in_captured_work_is_attributed_to_the_graph_launch(
     graph.close()
     builder.close()
     buf.close()
+
+
+@pytest.mark.contract("G6", "O6")
+def test_a_collected_executable_graph_leaves_the_threads_global_capture_alone(dev: Device, stream: Stream) -> None:
+    import gc
+    import warnings
+
+    from cuguard.graphs import GraphDefinition
+
+    definition = GraphDefinition(dev)
+    definition.empty()
+    graph = definition.instantiate()
+    handle = int(graph.handle)
+    cycle: list[Any] = [graph]
+    cycle.append(cycle)
+    del graph
+    builder = GraphBuilder(stream).begin_building()  # global mode, this thread
+    try:
+        with record_calls() as log, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del cycle
+            gc.collect()  # an H200 refuses cuGraphExecDestroy here in global mode and breaks the capture
+        destroys = [c for c in log if c.name == "cuGraphExecDestroy"]
+        assert [c.status for c in destroys] == [0]
+        assert int(destroys[0].args[0]) == handle
+        assert [str(w.message) for w in caught] == []
+        assert builder.status == "active"
+        builder.end_building()
+    finally:
+        builder.close()
+        definition.close()

@@ -35,6 +35,7 @@ from cuguard.resources import (
     as_stream,
     wait_attributed,
 )
+from cuguard.resources._base import _unprohibited
 from cuguard.resources._fast import follow_fastpath
 
 if TYPE_CHECKING:
@@ -403,12 +404,19 @@ class Graph(_Collected):
             )
             return
         try:
-            (err,) = driver.cuGraphExecDestroy(self._handle)
+            # Relaxed capture mode (G6): during a capture in global mode the driver refuses
+            # cuGraphExecDestroy as potentially unsafe and invalidates the capture (seen on an H200).
+            err, call = _unprohibited(_destroy_status, self._handle)
         except CUDAError as exc:
             report_error(exc, self._handle, "the executable graph was leaked", context=context)
             return
         if err:
-            report(err, "cuGraphExecDestroy", self._handle, "the executable graph was leaked", context=context)
+            report(err, call, self._handle, "the executable graph was leaked", context=context)
+
+
+def _destroy_status(handle: Any) -> tuple[Any, str]:
+    (err,) = driver.cuGraphExecDestroy(handle)
+    return err, "cuGraphExecDestroy"
 
 
 def _released_with_close(owners: dict[int, object]) -> tuple[Any, ...]:

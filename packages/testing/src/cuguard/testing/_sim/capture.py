@@ -43,7 +43,9 @@ Rules (documented in the CUDA driver API unless marked assumed):
   call are invalidated (assumed). ``cuMemAllocManaged`` is one of them (as on
   an H200), and so is ``cuMemPoolCreate`` (an H200 refused it in a thread in
   global mode while another thread captured in global mode, and that capture
-  was invalidated).
+  was invalidated), and so is ``cuGraphExecDestroy`` (an H200 refused it in
+  the capturing thread during its global-mode capture, which was invalidated;
+  ``cuGraphDestroy`` was allowed).
 - With :data:`ENFORCE_SYNC_DURING_CAPTURE` on (the default), ``cuCtxSynchronize``
   while any stream of the current context is capturing
   is ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates those captures,
@@ -136,6 +138,7 @@ UNSAFE_DURING_CAPTURE: frozenset[str] = frozenset(
         "cuMemFreeHost",
         "cuMemPoolCreate",
         "cuCtxSynchronize",
+        "cuGraphExecDestroy",
         "cuMemcpy",
         "cuMemcpyHtoD",
         "cuMemcpyDtoH",
@@ -718,6 +721,7 @@ for _name, _outputs in (
     ("cuMemFreeHost", 0),
     ("cuMemPoolCreate", 1),
     ("cuCtxSynchronize", 0),
+    ("cuGraphExecDestroy", 0),
     ("cuMemcpy", 0),
     ("cuMemcpyHtoD", 0),
     ("cuMemcpyDtoH", 0),
