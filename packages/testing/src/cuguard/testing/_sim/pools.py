@@ -375,7 +375,9 @@ class SimPools(SimCore):
             raise Status(R.CUDA_ERROR_INVALID_VALUE)
         ordinal = int(location.id)
         if not 0 <= ordinal < self._devices:
-            raise Status(R.CUDA_ERROR_INVALID_DEVICE)
+            # An H200 answers INVALID_VALUE here (a grant naming that device is INVALID_DEVICE):
+            # differential scenario pool_host_access_every_device.
+            raise Status(R.CUDA_ERROR_INVALID_VALUE)
         return (SUCCESS, cb.CUmemAccess_flags(found.access.get(ordinal, _ACCESS_NONE)))
 
     # --- allocation ------------------------------------------------------------------------------
