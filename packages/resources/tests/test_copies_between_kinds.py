@@ -246,6 +246,7 @@ def test_a_pinned_pool_is_usable_from_every_device(device: Device, made_on: int)
             pinned.numpy()[:] = 0x42
             with other.allocate(SIZE, there) as buf:
                 buf.copy_from(pinned, stream=there)
+                there.sync()  # the copy has read the pinned memory before the host writes it again
                 pinned.numpy()[:] = 0
                 pinned.copy_from(buf, stream=there)
                 there.sync()
