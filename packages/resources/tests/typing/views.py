@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, assert_type
 
-from cuguard.resources import Buffer, Device, Stream, StridedMemoryView, args_viewable_as_strided_memory
+from cuguard.resources import Device, Stream, StridedMemoryView, args_viewable_as_strided_memory
 
 
 def views(device: Device, stream: Stream, producer: Any) -> None:
-    buf: Buffer = device.allocate(64)
+    buf = device.allocate(64)  # Buffer | PinnedBuffer: the device's memory resource decides
     view = StridedMemoryView.from_buffer(buf, (4, 4), dtype="float32", is_readonly=True)
     assert_type(view, StridedMemoryView)
     assert_type(view.ptr, int)
