@@ -592,7 +592,8 @@ def launch(
         if owners is not None:  # captured: the graph keeps the kernel and the memory it uses from now on (G6)
             _captures.retain_captured(owners, [kernel, module, *used_memory(args)])
     if _race.ON:
-        _race.launched(stream, f"{'cuLaunchKernelEx' if config._ex else 'cuLaunchKernel'} ({kernel.name})", args, read_only)  # noqa: E501
+        call = "cuLaunchKernelEx" if config._ex else "cuLaunchKernel"
+        _race.launched(stream, f"{call} ({kernel.name})", args, read_only)
     if attributing():
         wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
 
