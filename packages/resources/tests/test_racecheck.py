@@ -215,7 +215,7 @@ def _to_pinned(checked: Device, stream: Stream) -> tuple[Buffer, PinnedBuffer]:
     return buf, pinned
 
 
-@pytest.mark.parametrize("sync", ["none", "stream", "event", "event-query", "stream-query", "device"])
+@pytest.mark.parametrize("sync", ["none", "stream", "event", "event-query", "stream-query", "device", "context"])
 def test_host_view_after_a_copy_needs_a_synchronization(checked: Device, sync: str) -> None:
     s1 = checked.create_stream()
     _, pinned = _to_pinned(checked, s1)
@@ -232,6 +232,8 @@ def test_host_view_after_a_copy_needs_a_synchronization(checked: Device, sync: s
         assert s1.query()
     elif sync == "device":
         checked.sync()
+    elif sync == "context":
+        checked.context.synchronize()  # the context layer's synchronization is an ordering edge too
     found = races(pinned.numpy)
     assert len(found) == (1 if sync == "none" else 0)
     if found:

@@ -66,6 +66,11 @@ def init_driver() -> None:
         _initialized_for[:] = [fn]
 
 
+#: Called with the context after each successful :meth:`Context.synchronize` (layers above observe
+#: the host's ordering with it; an observer never raises).
+_synchronized: list[Callable[[Context], None]] = []
+
+
 class Context(Unique):
     """A CUDA context: a device's primary context, one cuguard created, or a foreign one.
 
@@ -330,6 +335,8 @@ class Context(Unique):
     def synchronize(self) -> None:
         """Wait for all work in this context; raises :class:`~cuguard.errors.CUDAError` on failure."""
         call_in(self, _synchronize, None)
+        for observer in _synchronized:
+            observer(self)  # e.g. the race checker: the host now follows every stream of this context (B7)
 
     def close(self) -> None:
         """Release what this object owns. Idempotent.

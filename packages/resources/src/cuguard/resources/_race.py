@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from cuguard.context import _context as _context_module
 from cuguard.errors import CUDAWarning, deferring_lock, on_driver_change
 from cuguard.resources import _captures
 
@@ -562,6 +563,14 @@ def context_synced(context: Any) -> None:
         for timeline in _streams.values():
             if timeline.context == context._int:
                 _join(host, timeline.clock)
+
+
+def _context_synchronized(context: Any) -> None:
+    if ON:
+        context_synced(context)  # Context.synchronize(): the host waited for every stream of that context
+
+
+_context_module._synchronized.append(_context_synchronized)
 
 
 def stream_created(stream: Any, non_blocking: bool) -> None:
