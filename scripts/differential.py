@@ -2348,6 +2348,30 @@ def graph_teardown_during_a_capture(d: Any) -> Obs:
 
 
 @scenario
+def stream_queries_during_an_invalidated_capture(d: Any) -> Obs:
+    """cuStreamGetCtx of a stream while its capture runs, once it is invalidated (a synchronization of the
+    capturing stream), and after the capture ended: each status, and whether the context named is right."""
+    out: Obs = []
+    with Ctx(d) as ctx:
+        s = ok(d.cuStreamCreate(1))
+        ok(d.cuStreamBeginCapture(s, _CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        try:
+            err, named = d.cuStreamGetCtx(s)
+            out.append([name(err), not int(err) and int(named) == int(ctx)])
+            out.append(name(d.cuStreamSynchronize(s)[0]))
+            out.append(_capturing(d, s))
+            err, named = d.cuStreamGetCtx(s)
+            out.append([name(err), not int(err) and int(named) == int(ctx)])
+            out.append(_ended(d, s)[0])
+        finally:
+            _end_quietly(d, s)
+        err, named = d.cuStreamGetCtx(s)
+        out.append([name(err), not int(err) and int(named) == int(ctx)])
+        d.cuStreamDestroy(s)
+    return out
+
+
+@scenario
 def capture_sync_by_mode_and_destroyed_stream(d: Any) -> Obs:
     # cuCtxSynchronize while a capture begun in each mode runs on a stream of the context (the thread
     # in the same mode), and what destroying a capturing stream does: its status, then a sync.

@@ -375,3 +375,39 @@ def test_a_release_waiting_for_a_forked_capture_runs_when_the_capture_ends(
             builder.close()
     assert "cuCtxSynchronize" in [c.name for c in log]  # no fork's stream still counts as capturing
     assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+
+
+class _ForeignStream:
+    """Another library's stream: only ``__cuda_stream__``."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+@pytest.mark.contract("G6", "E3")
+def test_a_foreign_stream_whose_capture_was_invalidated_is_still_wrapped(dev: Device) -> None:
+    from cuguard.resources import as_stream
+
+    dev.set_current()
+    err, raw = driver.cuStreamCreate(1)
+    assert not err
+    try:
+        foreign = _ForeignStream(int(raw))
+        first = as_stream(foreign)
+        builder = GraphBuilder(first).begin_building()
+        (err,) = driver.cuStreamSynchronize(first.handle)  # refused during the capture: it is invalidated
+        assert err
+        assert builder.status == "invalidated"
+        err, _ = driver.cuStreamGetCtx(first.handle)
+        assert err  # the driver names no context now (as on an H200)
+        again = as_stream(foreign)  # cuguard's own query would fail: the wrapper it holds knows the context
+        assert again.context == first.context
+        assert int(again.handle) == int(raw)
+        builder.close()
+        again.close()
+        first.close()
+    finally:
+        driver.cuStreamDestroy(raw)

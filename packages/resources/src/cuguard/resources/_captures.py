@@ -56,6 +56,7 @@ __all__ = [
     "captured_into",
     "context_capturing",
     "generation",
+    "known_context",
     "may_capture",
     "release_waiting",
     "retain_captured",
@@ -123,6 +124,21 @@ def may_capture(stream: Stream) -> None:
         if watched is None:
             watched = _watched[key] = weakref.WeakSet()
         watched.add(stream)
+
+
+def known_context(handle: int) -> Context | None:
+    """The context of a live wrapper cuguard holds for the stream ``handle`` (one that may be captured), or None.
+
+    For a stream the driver will not name the context of (``cuStreamGetCtx``
+    refuses while the stream's capture is invalidated): a wrapper made
+    earlier knows it. Cheap enough for that rare path only.
+    """
+    with _lock:
+        streams = [s for watched in _watched.values() for s in watched]
+    for stream in streams:
+        if int(stream._handle) == handle and not stream._context._closed:
+            return stream._context
+    return None
 
 
 def capture_began(stream: Stream, owners: dict[int, object]) -> None:

@@ -384,6 +384,7 @@ class Stream(Resource):
 
 #: ``CU_STREAM_CAPTURE_STATUS_ACTIVE``: the stream is being captured.
 _CAPTURE_ACTIVE = 1
+_CAPTURE_INVALIDATED = 901  # CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
 
 
 def refuse_capturing_allocation(stream: Stream) -> None:
@@ -623,7 +624,9 @@ def as_stream(value: Any, param: str = "stream", *, kind: str = _STREAM_KIND) ->
     PyTorch's, cuda.core's...) is wrapped without being owned, in the context
     the driver says it belongs to (``cuStreamGetCtx``), so closing or
     collecting the wrapper never destroys it; the wrapper keeps ``value``
-    alive. Anything else raises ``TypeError`` naming ``param`` and ``kind``
+    alive. While the stream's capture is invalidated the driver names no
+    context: a live wrapper of the same stream supplies it, or the refusal is
+    raised. Anything else raises ``TypeError`` naming ``param`` and ``kind``
     (what the parameter takes); a malformed ``__cuda_stream__`` result raises
     ``TypeError`` too, and a driver refusal :class:`~cuguard.errors.CUDAError`.
     """
@@ -642,11 +645,17 @@ def as_stream(value: Any, param: str = "stream", *, kind: str = _STREAM_KIND) ->
         raise wrong_kind(param, kind, value)
     handle = driver_types().CUstream(_stream_address(value, param, kind))
     err, ctx = driver.cuStreamGetCtx(handle)
-    if err:
-        raise_status(err, "cuStreamGetCtx")
     from cuguard.context import Context
 
-    context = Context.wrap(ctx)
+    if err:
+        # While the stream's capture is invalidated the driver will not name its context (an H200
+        # answers CAPTURE_INVALIDATED); a wrapper cuguard already holds knows it (G6).
+        known = _captures.known_context(int(handle)) if err == _CAPTURE_INVALIDATED else None
+        if known is None:
+            raise_status(err, "cuStreamGetCtx")
+        context = known
+    else:
+        context = Context.wrap(ctx)
     return Stream._make(handle, context, context.device, owned=False, lender=value)
 
 

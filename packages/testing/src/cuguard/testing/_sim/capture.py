@@ -30,7 +30,8 @@ Rules (documented in the CUDA driver API unless marked assumed):
   the same context captures is ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`` and
   invalidates those captures; nothing is done then.
   Work queued on a stream whose capture was invalidated is
-  ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``.
+  ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``, and so is ``cuStreamGetCtx`` of
+  that stream (as on an H200) until the capture ends.
 - Potentially unsafe calls (``cuMemAlloc``, ``cuMemFree``, ``cuMemAllocHost``,
   ``cuMemHostAlloc``, ``cuMemFreeHost``, ``cuCtxSynchronize`` and the
   synchronous copies and memsets) answer
@@ -445,6 +446,16 @@ class SimCapture(SimGraphs):
     @api(1)
     def cuStreamIsCapturing(self, hStream: Any) -> tuple[Any, ...]:
         return (SUCCESS, self._status_of(hStream, "cuStreamIsCapturing")[0])
+
+    def cuStreamGetCtx(self, hStream: Any) -> tuple[Any, ...]:
+        # An H200 refuses to name the context of a stream whose capture was invalidated (until it ends).
+        if self._open_captures:
+            with self._lock:
+                cap = self._capture_of(hStream, "cuStreamGetCtx")
+                if cap is not None and cap.invalidated:
+                    return (INVALIDATED, None)
+        result: tuple[Any, ...] = super().cuStreamGetCtx(hStream)
+        return result
 
     if EDGE_DATA:
 
