@@ -26,6 +26,7 @@ from cuguard.errors import (
     raise_status,
     report,
     report_error,
+    report_warning,
 )
 
 INVALID_CONTEXT = cu.CUresult.CUDA_ERROR_INVALID_CONTEXT
@@ -425,3 +426,25 @@ def test_internal_error_is_a_runtime_error_asking_for_a_report() -> None:
     assert str(error) == "internal cuguard error, please report: stream 0x10 released twice"
     assert str(error).startswith("internal cuguard error, please report:")
     assert error.__traceback__ is None  # built, not raised: the caller raises it
+
+
+class _Finding(CUDAWarning):
+    """A layer's own kind of finding (a race, say)."""
+
+
+@pytest.mark.contract("W1")
+def test_report_warning_issues_the_layers_warning_at_the_callers_line() -> None:
+    def layer_code() -> None:
+        report_warning(_Finding("two operations race"), stacklevel=2)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layer_code()
+        line = sys._getframe().f_lineno - 1
+    assert [(w.category, str(w.message)) for w in caught] == [(_Finding, "two operations race")]
+    assert caught[0].filename == __file__
+    assert caught[0].lineno == line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", _Finding)
+        with pytest.raises(_Finding):
+            layer_code()  # escalated by the user's filter: raised (W3)

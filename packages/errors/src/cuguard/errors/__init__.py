@@ -11,7 +11,7 @@ Public surface:
   report of the releases a sticky fault refused in a context (W7);
 - status tables: :func:`error_name`, :func:`error_description`, :func:`is_sticky`;
 - helpers used by every layer: :func:`check`, :func:`raise_status`,
-  :func:`add_failure_note`, :func:`report`, :func:`report_error`,
+  :func:`add_failure_note`, :func:`report`, :func:`report_error`, :func:`report_warning`,
   :func:`call_unraisable`, :func:`internal_error`, :func:`format_handle`;
 - the driver seam: :data:`driver`, :func:`use_driver`, :func:`driver_token`, :func:`install_driver`,
   :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`,
@@ -70,6 +70,7 @@ from cuguard.errors._report import internal_error as internal_error
 from cuguard.errors._report import raise_status as raise_status
 from cuguard.errors._report import report as report
 from cuguard.errors._report import report_error as report_error
+from cuguard.errors._report import report_warning as report_warning
 from cuguard.errors._seam import DRIVER_VARIABLE as DRIVER_VARIABLE
 from cuguard.errors._seam import RESTORE_CONTEXT as RESTORE_CONTEXT
 from cuguard.errors._seam import DriverSeam as DriverSeam
@@ -147,6 +148,7 @@ __all__ = [
     "refuse_construction",
     "report",
     "report_error",
+    "report_warning",
     "status_argument",
     "use_driver",
     "wrong_kind",

@@ -36,6 +36,7 @@ __all__ = [
     "raise_status",
     "report",
     "report_error",
+    "report_warning",
 ]
 
 
@@ -150,6 +151,19 @@ def report(
             warnings.warn(warning, stacklevel=2)
         return
     warnings.warn(CUDAWarning(text), stacklevel=2)
+
+
+def report_warning(warning: CUDAWarning, stacklevel: int = 2) -> None:
+    """Issue ``warning`` (a :class:`CUDAWarning`, or a subclass of the layer's own) through the one channel.
+
+    For a finding that is no driver failure (for example a race the race checker
+    proved). Nothing is issued once the interpreter is finalizing (S1).
+    ``stacklevel`` counts as for :func:`warnings.warn` from the caller's frame.
+    Never raises, except when the user escalated the warning to an error (W3).
+    """
+    if sys.is_finalizing():
+        return
+    warnings.warn(warning, stacklevel=stacklevel + 1)
 
 
 def _deinitialized(error: CUDAError) -> bool:

@@ -48,14 +48,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import warnings
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from cuguard.context import _context as _context_module
-from cuguard.errors import CUDAWarning, deferring_lock, on_driver_change
+from cuguard.errors import CUDAWarning, deferring_lock, on_driver_change, report_warning
 from cuguard.resources import _captures
 
 __all__ = ["ON", "RaceWarning", "racecheck", "racecheck_enabled"]
@@ -382,7 +381,7 @@ def _report(races: list[tuple[_Access, _Access, _Region]]) -> None:
             f"({_kind(old)}, queued at {old.op.source}); order them with an event (Stream.wait) or a "
             "synchronization"
         )
-        warnings.warn(RaceWarning(text), stacklevel=_stacklevel())
+        report_warning(RaceWarning(text), stacklevel=_stacklevel())
 
 
 def _stacklevel() -> int:

@@ -1607,7 +1607,7 @@ COVERAGE: dict[str, str] = {
     ),
     "errors.defer": "step:host_callback",
     "errors.deferred_count": "op:errors.flush_deferred",
-    **_rows(_REPORTING, "errors.add_failure_note", "errors.report", "errors.report_error"),
+    **_rows(_REPORTING, "errors.add_failure_note", "errors.report", "errors.report_error", "errors.report_warning"),
     "errors.first_sticky_fault": "step:fault",
     "errors.forget_sticky_fault": "step:fault",
     "errors.out_of_range": "op:errors.wrong_kind",

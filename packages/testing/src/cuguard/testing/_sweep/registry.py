@@ -978,6 +978,7 @@ NO_DRIVER_CALL: dict[str, str] = {
             "real_driver",
             "report",
             "report_error",
+            "report_warning",
             "use_driver",
             "DriverSeam",
             "DriverSeam()",
