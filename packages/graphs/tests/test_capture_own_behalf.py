@@ -249,3 +249,49 @@ def test_a_collected_executable_graph_leaves_the_threads_global_capture_alone(de
     finally:
         builder.close()
         definition.close()
+
+
+@pytest.mark.contract("G6", "G1")
+@pytest.mark.parametrize("how", ["close", "with"])
+def test_closing_an_executable_graph_leaves_the_threads_global_capture_alone(
+    dev: Device, stream: Stream, how: str
+) -> None:
+    from cuguard.graphs import GraphDefinition
+
+    definition = GraphDefinition(dev)
+    definition.empty()
+    graph = definition.instantiate()
+    builder = GraphBuilder(stream).begin_building()  # global mode, this thread
+    try:
+        with record_calls() as log:
+            if how == "close":
+                graph.close()
+            else:
+                with graph:
+                    pass
+        destroys = [c for c in log if c.name == "cuGraphExecDestroy"]
+        assert [c.status for c in destroys] == [0]  # the driver would refuse it in global mode (as on an H200)
+        assert builder.status == "active"
+        builder.end_building()
+    finally:
+        builder.close()
+        definition.close()
+
+
+@pytest.mark.contract("G1", "E1")
+def test_a_refused_mode_switch_leaves_the_executable_graph_open(dev: Device) -> None:
+    from cuguard.graphs import GraphDefinition
+    from cuguard.testing import inject
+
+    definition = GraphDefinition(dev)
+    definition.empty()
+    graph = definition.instantiate()
+    with inject("cuThreadExchangeStreamCaptureMode", 2, nth=1), pytest.raises(CUDAError) as info:
+        graph.close()
+    assert info.value.call == "cuThreadExchangeStreamCaptureMode"
+    assert not graph.closed  # nothing was destroyed: still usable
+    with dev.create_stream() as stream:
+        graph.launch(stream)
+        stream.sync()
+    graph.close()
+    definition.close()

@@ -37,6 +37,7 @@ from cuguard.resources import (
 )
 from cuguard.resources._base import _unprohibited
 from cuguard.resources._fast import follow_fastpath
+from cuguard.resources._relaxed import on_own_behalf
 
 if TYPE_CHECKING:
     from cuguard.graphs._definition import GraphDefinition
@@ -357,19 +358,31 @@ class Graph(_Collected):
         """Destroy the executable graph now (``cuGraphExecDestroy``). Idempotent.
 
         Launches in flight complete; what they use stays alive until then.
-        If the driver refuses, :class:`~cuguard.errors.CUDAError` is raised
-        and the executable graph is leaked (never destroyed again).
+        The destroy runs with the calling thread in relaxed capture mode, so a
+        stream capture in progress neither refuses it nor is invalidated by it
+        (G6); a refused switch of the mode raises
+        :class:`~cuguard.errors.CUDAError` naming
+        ``cuThreadExchangeStreamCaptureMode`` with nothing destroyed (the
+        graph stays usable). If the driver refuses the destroy,
+        :class:`~cuguard.errors.CUDAError` is raised and the executable graph
+        is leaked (never destroyed again); if restoring the thread's mode is
+        refused after the destroy, that is raised (the thread stays relaxed).
         """
         if self._driver is not driver_token():  # O3 before idempotence: as every other close()
             raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         if self._closed:
             return
-        self._closed = True
         context = self._context
         if context is not None and context._closed:
+            self._closed = True
             raise ResourceClosedError(
                 f"{self!r} cannot be released: its context {context!r} was closed first; it was leaked"
             )
+        on_own_behalf(self._destroy, None)
+
+    def _destroy(self) -> None:
+        """``cuGraphExecDestroy``; the graph counts as closed from the call on (a refusal leaks it, W5)."""
+        self._closed = True
         fp = _fp
         if fp is not None:
             err = fp.graph_exec_destroy(self._handle)  # compiled: the status back, raised here
