@@ -105,8 +105,8 @@ _DEINIT_EXEMPT = frozenset({"cuGetErrorName", "cuGetErrorString"})
 
 
 @dataclass(frozen=True)
-class Violation:
-    """One broken rule: the operation, the failure point and mode, the rule and what happened."""
+class _CaseFinding:
+    """Where a finding was made: the operation, its layer, the context mode and the failure point."""
 
     scenario: str
     layer: str
@@ -114,16 +114,25 @@ class Violation:
     mode: str
     k: int
     call: str
+
+    def _where(self, unfaulted: str) -> str:
+        where = unfaulted if not self.mode else f"k={self.k} ({self.call}) {self.mode}"
+        return f"{self.scenario} [{self.context}] {where}"
+
+
+@dataclass(frozen=True)
+class Violation(_CaseFinding):
+    """One broken rule: the operation, the failure point and mode, the rule and what happened."""
+
     rule: str
     detail: str
 
     def __str__(self) -> str:
-        where = "baseline" if not self.mode else f"k={self.k} ({self.call}) {self.mode}"
-        return f"{self.scenario} [{self.context}] {where}: {self.rule}: {self.detail}"
+        return f"{self._where('baseline')}: {self.rule}: {self.detail}"
 
 
 @dataclass(frozen=True)
-class NonDeterministic:
+class NonDeterministic(_CaseFinding):
     """A case (or a second fault-free run, ``mode`` empty) whose calls differ from the fault-free run's.
 
     ``k`` and ``call`` name the failure point the case meant to test (for a fault-free run:
@@ -131,17 +140,10 @@ class NonDeterministic:
     violation: a failure of the sweep, whose failure point went untested.
     """
 
-    scenario: str
-    layer: str
-    context: str
-    mode: str
-    k: int
-    call: str
     detail: str
 
     def __str__(self) -> str:
-        where = "fault-free run" if not self.mode else f"k={self.k} ({self.call}) {self.mode}"
-        return f"{self.scenario} [{self.context}] {where}: {self.detail}"
+        return f"{self._where('fault-free run')}: {self.detail}"
 
 
 @dataclass(frozen=True)
