@@ -23,6 +23,10 @@ extern "C" __global__ void add_u32(unsigned int* out, unsigned int value, long l
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i < n) out[i] += value;
 }
+extern "C" __global__ void copy_u32(unsigned int* out, const unsigned int* in, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+}
 """
 
 KERNELS_PTX = b"""
@@ -31,6 +35,7 @@ KERNELS_PTX = b"""
 .address_size 64
 .visible .entry fill_u32(.param .u64 out, .param .u32 value, .param .u64 n) { ret; }
 .visible .entry add_u32(.param .u64 out, .param .u32 value, .param .u64 n) { ret; }
+.visible .entry copy_u32(.param .u64 out, .param .u64 in, .param .u64 n) { ret; }
 """
 
 
@@ -45,8 +50,12 @@ def _emulate(sim: SimulatedDriver) -> None:
             data[4 * i : 4 * i + 4] = v.to_bytes(4, "little")
         s.write(out, bytes(data))
 
+    def copy_u32(s: Any, out: int, src: int, n: int) -> None:
+        s.write(out, s.read(src, 4 * int(n)))
+
     sim.register_kernel("fill_u32", fill_u32)
     sim.register_kernel("add_u32", add_u32)
+    sim.register_kernel("copy_u32", copy_u32)
 
 
 def settle(drv: Any) -> None:

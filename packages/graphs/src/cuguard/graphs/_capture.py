@@ -17,7 +17,7 @@ wrapped stream is never closed and is usable again once the capture ended.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -42,9 +42,17 @@ from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
 from cuguard.resources import Event, Kernel, LaunchConfig, Stream, launch
-from cuguard.resources._captures import capture_began, capture_ended, capture_joined, capture_left, retain_captured
+from cuguard.resources._captures import (
+    OwnerTable,
+    capture_began,
+    capture_ended,
+    capture_joined,
+    capture_left,
+    retain,
+    split_written,
+)
 from cuguard.resources._memory import graph_let_go
-from cuguard.resources._view import used_memory
+from cuguard.resources._view import check_read_only, memory_uses
 
 __all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mode"]
 
@@ -395,7 +403,7 @@ class GraphBuilder(_Collected):
             raise_status(err, "cuStreamBeginCapture")
         if mode is not None:
             self._mode = mode
-        self._owners = {}
+        self._owners = OwnerTable()
         # What work captured from now on uses counts as used by a graph, and releases that would meet
         # the capture wait for its end (G6, W5).
         capture_began(self._stream, self._owners)
@@ -512,12 +520,10 @@ class GraphBuilder(_Collected):
                     if undo:
                         add_failure_note(exc, undo, "cuGraphDestroyNode", node)
                         self._filled = True  # the body holds the work after all: it is not captured twice
-                        parent._owners.update(owners)  # and keeps what the work uses alive (W5)
+                        retain(parent._owners, *split_written(owners))  # and keeps what the work uses alive (W5)
                 raise
         self._filled = True
-        table = parent._owners
-        for key, owner in owners.items():
-            table.setdefault(key, owner)  # the capture's definition keeps what the body uses alive (G5)
+        retain(parent._owners, *split_written(owners))  # the capture's definition keeps what the body uses (G5)
 
     def _abandon_capture(self) -> tuple[Any, str]:
         """End this root's capture and destroy its graph (``(status, call)`` of a failure, status 0 when none).
@@ -672,9 +678,11 @@ class GraphBuilder(_Collected):
     def _root_builder(self) -> GraphBuilder:
         return self._root if self._root is not None else self
 
-    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any, read_only: Sequence[int] = ()) -> None:
         """Capture a launch of ``kernel`` (see :func:`~cuguard.resources.launch`); keep it and its buffers alive.
 
+        ``read_only`` names the arguments the kernel only reads: the race
+        checker counts a launch of the graph as reading them (B7).
         Raises as :func:`~cuguard.resources.launch` does (nothing is captured
         then) and ``RuntimeError`` when not building.
         """
@@ -682,13 +690,15 @@ class GraphBuilder(_Collected):
             raise wrong_kind("config", "a LaunchConfig", config)
         if not isinstance(kernel, Kernel):
             raise wrong_kind("kernel", "a Kernel", kernel)
+        reads = check_read_only(read_only, len(args)) if read_only else frozenset()
         self._check_capturing("launch")
-        launch(self._stream, config, kernel, *args)
-        self._retain([kernel, kernel.module, *used_memory(args)])
+        launch(self._stream, config, kernel, *args, read_only=tuple(reads))
+        written, read = memory_uses(args, reads)
+        self._retain([kernel, kernel.module, *written], read)
 
-    def _retain(self, owners: list[object]) -> None:
-        """Keep ``owners`` alive with the capture's graph; memory among them is used by a graph from now on (G6)."""
-        retain_captured(self._root_builder()._owners, owners)
+    def _retain(self, owners: list[object], read: Sequence[object] = ()) -> None:
+        """Keep ``owners`` (written) and ``read`` alive with the capture's graph (memory: graph-used, G6)."""
+        retain(self._root_builder()._owners, owners, read)
 
     def callback(self, fn: Callable[[], object]) -> None:
         """Capture a host node calling ``fn()`` at each launch; ``fn`` lives as long as a graph may call it.
@@ -721,11 +731,18 @@ class GraphBuilder(_Collected):
             [entry],
         )
 
-    def _add_at_tail(self, add: Callable[[Any, list[Any], int], Any], call: str, owners: list[object]) -> None:
+    def _add_at_tail(
+        self,
+        add: Callable[[Any, list[Any], int], Any],
+        call: str,
+        owners: list[object],
+        read: Sequence[object] = (),
+    ) -> None:
         """Add a node after the work captured so far and make the capture continue from it.
 
         ``add(graph, deps, count)`` adds the node (returning ``(status, node)``);
-        ``owners`` are kept alive from then on (G5). A refused last step abandons
+        ``owners`` (written by the node) and ``read`` (only read) are kept alive
+        from then on (G5, B7). A refused last step abandons
         the capture: a node cannot be removed from a graph being captured.
         """
         stream = self._stream.handle
@@ -733,7 +750,7 @@ class GraphBuilder(_Collected):
         err, node = add(graph, deps, len(deps))
         if err:
             raise_status(err, call)
-        self._retain(owners)  # the node exists now, whatever follows (G5)
+        self._retain(owners, read)  # the node exists now, whatever follows (G5)
         if _EDGE_DATA:
             (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], None, 1, _SET_DEPENDENCIES)
         else:
@@ -772,10 +789,12 @@ class GraphBuilder(_Collected):
         child_handle = definition.handle
         definition._check_no_memory_nodes("be embedded as a child graph")
         _check_owners(definition, definition._owners, "embedded")
+        written, read = split_written(definition._owners)
         self._add_at_tail(
             lambda graph, deps, count: driver.cuGraphAddChildGraphNode(graph, deps, count, child_handle),
             "cuGraphAddChildGraphNode",
-            list(definition._owners.values()),
+            written,
+            read,
         )
 
     # --- conditional nodes ---

@@ -165,8 +165,8 @@ class ConditionalBody(GraphDefinition):
         self._owner_root._check_open()
 
     # What body nodes use lives in the root's payload.
-    def _retain(self, owners: Iterable[object]) -> tuple[Any, list[int]]:
-        return self._owner_root._retain(owners)
+    def _retain(self, owners: Iterable[object], read: Iterable[object] = ()) -> tuple[Any, list[int]]:
+        return self._owner_root._retain(owners, read)
 
     def _unretain(self, retained: tuple[Any, list[int]], exc: BaseException) -> None:
         self._owner_root._unretain(retained, exc)

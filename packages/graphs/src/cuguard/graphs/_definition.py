@@ -9,7 +9,7 @@ Arguments are validated before any driver call (E3).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in, init_driver
@@ -51,6 +51,7 @@ from cuguard.resources import (
     LaunchConfig,
     PinnedBuffer,
 )
+from cuguard.resources._captures import OwnerTable, retain, split_written
 from cuguard.resources._fast import follow_fastpath
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ class GraphDefinition(_Collected):
         leaves a user object whose (deferred) destructor drops a dict nobody else uses.
         Creates nothing when it raises.
         """
-        payload = dict(self._owners)
+        payload = OwnerTable(self._owners)
         obj = _attach_payload(self._handle, payload)
         self._owners = payload
         self._payload = True
@@ -413,7 +414,7 @@ class GraphDefinition(_Collected):
         if not self._shared or not self._payload:
             return None
         old = (self._uobj, self._owners)
-        payload = dict(self._owners)
+        payload = OwnerTable(self._owners)
         obj = _attach_payload(self._handle, payload)
         self._owners, self._uobj, self._shared = payload, obj, False
         return old
@@ -441,23 +442,15 @@ class GraphDefinition(_Collected):
         for key in keys:
             self._owners.pop(key, None)
 
-    def _retain(self, owners: Iterable[object]) -> tuple[Any, list[int]]:
-        """Keep ``owners`` alive with this definition; return ``(attached, keys newly added)``.
+    def _retain(self, owners: Iterable[object], read: Iterable[object] = ()) -> tuple[Any, list[int]]:
+        """Keep ``owners`` (the nodes may write them) and ``read`` (only read) alive; return ``(attached, keys added)``.
 
         Attaches the payload's user object first if it is not yet (raises, adding nothing,
         if that fails); ``attached`` is that user object when this call attached it, so a
         mutation that then fails can detach it again (G1), else ``None``.
         """
         attached = None if self._payload else self._attach()
-        added: list[int] = []
-        for owner in owners:
-            key = _owner_key(owner)
-            if key not in self._owners:
-                self._owners[key] = owner
-                added.append(key)
-                if type(owner) is Buffer or type(owner) is PinnedBuffer:
-                    owner._graph_used = True  # its close() now asks whether a graph still uses it (W5)
-        return attached, added
+        return attached, retain(self._owners, owners, read)  # memory's close() now asks for graphs using it (W5)
 
     def _unretain(self, retained: tuple[Any, list[int]], exc: BaseException) -> None:
         """Undo :meth:`_retain` for a mutation that did not happen (nothing in CUDA uses them).
@@ -569,6 +562,7 @@ class GraphDefinition(_Collected):
         call: str,
         *args: Any,
         owners: Iterable[object] = (),
+        read: Iterable[object] = (),
         info: dict[str, Any] | None = None,
         context: Context | None = None,
         run_in: Context | None = None,
@@ -577,7 +571,8 @@ class GraphDefinition(_Collected):
 
         The driver validates the dependencies before creating the node, so the
         call is all-or-nothing by itself: the node exists with all its edges or
-        not at all. The owners are kept alive before the call (G5); those newly
+        not at all. The owners (written by the node) and ``read`` (only read by
+        it, B7) are kept alive before the call (G5); those newly
         kept are dropped again if it fails. With ``run_in`` the call runs in
         that context (switching only if needed, C1): the driver crashes adding a
         kernel node while no context is current (seen on an H200). If restoring
@@ -586,11 +581,11 @@ class GraphDefinition(_Collected):
         if self._closed or self._driver is not driver_token():
             self._check_open()
         dep_nodes = self._deps(deps)
-        if owners:
-            owners = tuple(owners)
+        if owners or read:
+            owners, read = tuple(owners), tuple(read)
             info = {} if info is None else info
-            info["_owners"] = owners  # what this node uses: set_params drops what no node uses any more
-        retained = self._retain(owners) if owners else None
+            info["_owners"] = owners + read  # what this node uses: set_params drops what no node uses any more
+        retained = self._retain(owners, read) if owners or read else None
         self._version += 1
         graph = self._handle
         dep_handles = [d._handle for d in dep_nodes] if dep_nodes else None
@@ -729,7 +724,9 @@ class GraphDefinition(_Collected):
         """A node copying ``size`` bytes (default: all of the smaller) from ``src`` to ``dst``.
 
         Each side is a device :class:`~cuguard.resources.Buffer` or a
-        :class:`~cuguard.resources.PinnedBuffer`. Keeps both alive.
+        :class:`~cuguard.resources.PinnedBuffer`. Keeps both alive. The race
+        checker counts a launch of the graph as writing ``dst`` and reading
+        ``src`` (B7).
 
         Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
         :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
@@ -746,21 +743,33 @@ class GraphDefinition(_Collected):
             "cuGraphAddMemcpyNode",
             params,
             ctx.handle,
-            owners=(dst, src),
+            owners=(dst,),
+            read=(src,),
             info={"dst": dst, "src": src, "size": nbytes},
             context=ctx,
         )
 
-    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any, deps: Iterable[Node] = ()) -> Node:
+    def launch(
+        self,
+        config: LaunchConfig,
+        kernel: Kernel,
+        *args: Any,
+        deps: Iterable[Node] = (),
+        read_only: Sequence[int] = (),
+    ) -> Node:
         """A kernel node running ``kernel`` with ``config`` and ``args`` (see ``pack_args``).
 
         Keeps the kernel, its module and every buffer in ``args`` alive.
         Parameters can be changed later with :meth:`Node.set_params`.
+        ``read_only`` names, by position in ``args``, the memory arguments the
+        kernel only reads, as for :func:`~cuguard.resources.launch`: the race
+        checker counts a launch of the graph as reading them and writing the
+        other memory its nodes use (B7).
 
         Raises ``TypeError``/``ValueError`` for bad arguments (before any driver call) and
         :class:`~cuguard.errors.CUDAError` if the driver refuses; no node is created then.
         """
-        params, owners = _kernel_params(config, kernel, args)
+        params, owners, read = _kernel_params(config, kernel, args, read_only)
         assert isinstance(kernel, Kernel)
         return self._add(
             "kernel",
@@ -769,7 +778,8 @@ class GraphDefinition(_Collected):
             "cuGraphAddKernelNode",
             params,
             owners=owners,
-            info={"config": config, "kernel": kernel, "args": args, "_params": params},
+            read=read,
+            info={"config": config, "kernel": kernel, "args": args, "read_only": read_only, "_params": params},
             context=kernel.module.context,
             run_in=kernel.module.context,
         )
@@ -909,7 +919,7 @@ class GraphDefinition(_Collected):
         child._check_no_memory_nodes("be embedded as a child graph")  # CUDA_ERROR_NOT_SUPPORTED on an H200
         child._check_no_conditional_nodes("be embedded as a child graph")
         _check_owners(child, child._owners, "embedded")  # CUDA copies its nodes now (S2, O4)
-        owners = list(child._owners.values())
+        owners, read = split_written(child._owners)
         node = self._add(
             "graph",
             deps,
@@ -917,6 +927,7 @@ class GraphDefinition(_Collected):
             "cuGraphAddChildGraphNode",
             child_handle,
             owners=owners,
+            read=read,
             info={"child": child._int},
             context=child._context,
         )
@@ -1002,7 +1013,7 @@ class GraphDefinition(_Collected):
         err, handle = driver.cuGraphClone(self._handle)
         if err:
             raise_status(err, "cuGraphClone")
-        copy = GraphDefinition._adopt(handle, self._context, dict(self._owners), self._next_order)
+        copy = GraphDefinition._adopt(handle, self._context, OwnerTable(self._owners), self._next_order)
         self._settle()
         try:
             for node in sorted(self._nodes.values(), key=_order):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from cuguard.context import Context
@@ -36,6 +36,7 @@ from cuguard.resources import (
     wait_attributed,
 )
 from cuguard.resources._base import _unprohibited
+from cuguard.resources._captures import retain, split_written
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._relaxed import on_own_behalf
 
@@ -196,7 +197,7 @@ class Graph(_Collected):
         if err:
             raise_status(err, "cuGraphLaunch")
         if _race.ON:
-            _race.graph_launched(stream, self._owners.values())  # one operation writing what its nodes use (B7)
+            _race.graph_launched(stream, self._owners)  # one operation on the memory its nodes use (B7)
         if attributing():
             kinds = self._signature[0]
             wait_attributed(
@@ -245,8 +246,8 @@ class Graph(_Collected):
         _check_owners(definition, definition._owners, "used for an update")
         kinds, edges, nodes = definition._signature()
         _explain_mismatch(self._signature, (kinds, edges), nodes)
-        for key, owner in list(definition._owners.items()):
-            self._owners.setdefault(key, owner)
+        written, read = split_written(definition._owners)
+        retain(self._owners, written, read)
         result = driver.cuGraphExecUpdate(self._handle, definition._handle)
         err = result[0]
         if err:
@@ -267,7 +268,9 @@ class Graph(_Collected):
 
     # --- per-node changes (see the updates module) ---
 
-    def set_kernel_params(self, node: Node, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+    def set_kernel_params(
+        self, node: Node, config: LaunchConfig, kernel: Kernel, *args: Any, read_only: Sequence[int] = ()
+    ) -> None:
         """Run kernel node ``node`` with ``config``, ``kernel`` and ``args`` from the next launch on.
 
         ``node`` is a node of the definition this graph was instantiated from
@@ -279,10 +282,12 @@ class Graph(_Collected):
         closed, before the driver; :class:`~cuguard.errors.CUDAError` when the
         driver refuses, and the graph runs as before. What the new parameters
         use is kept alive by this graph (W5); so is what the old ones used.
+        ``read_only`` names the arguments the kernel only reads, as for
+        :meth:`GraphDefinition.launch` (B7).
         If the caller's context cannot be restored afterwards (C2), the new
         parameters stay applied (a note says so).
         """
-        _updates.kernel_params(self, node, config, kernel, args)
+        _updates.kernel_params(self, node, config, kernel, args, read_only)
 
     def set_memset_params(
         self, node: Node, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1

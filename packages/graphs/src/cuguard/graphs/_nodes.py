@@ -8,7 +8,7 @@ module). Arguments are validated before any driver call (E3).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Iterable, Iterator, MutableSet
+from collections.abc import Callable, Iterable, Iterator, MutableSet, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import call_in
@@ -37,7 +37,7 @@ from cuguard.resources import (
     PinnedBuffer,
     pack_args,
 )
-from cuguard.resources._view import used_memory
+from cuguard.resources._view import check_read_only, memory_uses
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import ConditionalBody, GraphCondition
@@ -183,7 +183,7 @@ class Node(Unique):
 
     @property
     def params(self) -> dict[str, Any]:
-        """What the node was built with (a copy): e.g. ``config``, ``kernel``, ``args`` for kernels."""
+        """What the node was built with (a copy): e.g. ``config``, ``kernel``, ``args``, ``read_only`` for kernels."""
         return {key: value for key, value in self._info.items() if not key.startswith("_")}
 
     def set_args(self, *args: Any) -> None:
@@ -191,9 +191,20 @@ class Node(Unique):
         self.set_params(args=args)
 
     def set_params(
-        self, config: LaunchConfig | None = None, kernel: Kernel | None = None, args: Iterable[Any] | None = None
+        self,
+        config: LaunchConfig | None = None,
+        kernel: Kernel | None = None,
+        args: Iterable[Any] | None = None,
+        *,
+        read_only: Sequence[int] | None = None,
     ) -> None:
         """Change a kernel node's launch configuration, kernel or arguments (``None`` keeps each).
+
+        ``read_only`` names the arguments the kernel only reads, as for
+        :meth:`GraphDefinition.launch`; ``None`` keeps the node's when ``args``
+        is kept and names none otherwise. Memory the node wrote before stays
+        counted as written by the graph while the graph keeps it (the race
+        checker errs towards reporting, B7).
 
         One driver call (``cuGraphKernelNodeSetParams``). The new buffers, kernel
         and module are kept alive by the definition before the call (G5). If
@@ -227,12 +238,15 @@ class Node(Unique):
         new_config = self._info["config"] if config is None else config
         new_kernel = self._info["kernel"] if kernel is None else kernel
         new_args = tuple(self._info["args"] if args is None else args)
-        params, owners = _kernel_params(new_config, new_kernel, new_args)
+        if read_only is None:
+            read_only = self._info.get("read_only", ()) if args is None else ()
+        params, owners, read = _kernel_params(new_config, new_kernel, new_args, read_only)
+        used = (*owners, *read)
         root = graph._root()
-        stale = root._stale(self, self._info.get("_owners", ()), {id(o) for o in owners})
+        stale = root._stale(self, self._info.get("_owners", ()), {id(o) for o in used})
         swap = root._privatize() if stale else None  # raises creating nothing
         try:
-            retained = root._retain(owners)
+            retained = root._retain(owners, read)
         except BaseException as exc:
             if swap is not None:
                 root._unprivatize(swap, exc)
@@ -271,14 +285,21 @@ class Node(Unique):
         except BaseException as exc:
             if applied:  # the new parameters stayed (their revert failed): keep what they use (G5)
                 self._info.update(
-                    config=new_config, kernel=new_kernel, args=new_args, _params=params, _owners=tuple(owners)
+                    config=new_config,
+                    kernel=new_kernel,
+                    args=new_args,
+                    read_only=read_only,
+                    _params=params,
+                    _owners=used,
                 )
             else:
                 root._unretain(retained, exc)
                 if swap is not None:
                     root._unprivatize(swap, exc)
             raise
-        self._info.update(config=new_config, kernel=new_kernel, args=new_args, _params=params, _owners=tuple(owners))
+        self._info.update(
+            config=new_config, kernel=new_kernel, args=new_args, read_only=read_only, _params=params, _owners=used
+        )
         root._drop(stale)  # its payload is its own now: nothing in CUDA uses what only the old ones used
 
     # --- edges ---
@@ -363,9 +384,9 @@ class Node(Unique):
         """A memcpy node after this node; see :meth:`GraphDefinition.memcpy`."""
         return self._graph.memcpy(dst, src, size, deps=(self,))
 
-    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any) -> Node:
+    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any, read_only: Sequence[int] = ()) -> Node:
         """A kernel node after this node; see :meth:`GraphDefinition.launch`."""
-        return self._graph.launch(config, kernel, *args, deps=(self,))
+        return self._graph.launch(config, kernel, *args, deps=(self,), read_only=read_only)
 
     def callback(self, fn: Callable[[], object]) -> Node:
         """A host-callback node after this node; see :meth:`GraphDefinition.callback`."""
@@ -627,7 +648,15 @@ def _memcpy_params(dst: Buffer | PinnedBuffer, src: Buffer | PinnedBuffer, size:
     return params, nbytes, ctx
 
 
-def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tuple[Any, list[object]]:
+def _kernel_params(
+    config: object, kernel: object, args: tuple[Any, ...], read_only: object = ()
+) -> tuple[Any, list[object], list[object]]:
+    """``(params, written, read)`` of a kernel node: its parameters, what it may write and what it only reads.
+
+    ``written`` holds the kernel, its module, the argument block and the memory
+    not named in ``read_only``; arguments are checked before anything reaches
+    the driver (``TypeError``/``ValueError``).
+    """
     if not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
     if not isinstance(kernel, Kernel):
@@ -639,11 +668,12 @@ def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tup
             f"launch configuration: {config!r}"
         )
     kernel.module._check_open()
-    owners: list[object] = [kernel, kernel.module]
-    for used in used_memory(args):  # buffers, and each view with the buffer under it (W5)
+    reads = check_read_only(read_only, len(args)) if read_only else frozenset()
+    written, read = memory_uses(args, reads)  # buffers, and each view with the buffer under it (W5)
+    for used in (*written, *read):
         if isinstance(used, Buffer | PinnedBuffer):
             used._check_open()
-        owners.append(used)
+    owners: list[object] = [kernel, kernel.module, *written]
     gx, gy, gz, bx, by, bz = config.dims()
     params = _types().CUDA_KERNEL_NODE_PARAMS()
     params.func = kernel.handle
@@ -665,7 +695,7 @@ def _kernel_params(config: object, kernel: object, args: tuple[Any, ...]) -> tup
         array = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(cell) for cell in cells])
         params.kernelParams = ctypes.addressof(array)
         owners.append(_ArgumentBlock(array, cells))
-    return params, owners
+    return params, owners, read
 
 
 class _ArgumentBlock:

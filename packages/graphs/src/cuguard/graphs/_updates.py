@@ -23,6 +23,7 @@ from cuguard.graphs import _lifetime
 from cuguard.graphs._common import _check_owners, _types
 from cuguard.graphs._nodes import Node, _ArgumentBlock, _kernel_params, _memcpy_params, _memset_params
 from cuguard.resources import Buffer, Event, Kernel, LaunchConfig, Module, PinnedBuffer
+from cuguard.resources._captures import retain, split_written
 
 if TYPE_CHECKING:
     from cuguard.graphs._definition import GraphDefinition
@@ -60,22 +61,18 @@ def apply(
     call: str,
     fn: Callable[..., Any],
     *args: Any,
+    read: Iterable[object] = (),
 ) -> None:
-    """Keep ``owners`` alive with ``graph``, then ``fn(*args)`` in ``context``; undo the keep-alive if refused.
+    """Keep ``owners`` (written) and ``read`` alive with ``graph``, then ``fn(*args)`` in ``context``.
+
+    The keep-alive is undone if the driver refuses.
 
     If the caller's context cannot be restored afterwards (C2), the change stays
     applied (CUDA has no way to read the previous parameters back) and what it
     uses stays alive; the raised error says so in a note.
     """
     keep = graph._owners
-    added: list[int] = []
-    for owner in owners:
-        key = id(owner)
-        if key not in keep:
-            keep[key] = owner
-            added.append(key)
-            if type(owner) is Buffer or type(owner) is PinnedBuffer:
-                owner._graph_used = True  # its close() now asks whether a graph still uses it (W5)
+    added = retain(keep, owners, read)  # memory's close() now asks whether a graph still uses it (W5)
     done: list[bool] = []
 
     def run() -> None:
@@ -103,16 +100,18 @@ def apply(
         graph._released_with_close += new
 
 
-def kernel_params(graph: Graph, node: object, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...]) -> None:
+def kernel_params(  # noqa: PLR0917 - the public method's arguments, passed through
+    graph: Graph, node: object, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...], read_only: object
+) -> None:
     if not isinstance(node, Node):  # every argument's kind before the values' checks (E3)
         raise wrong_kind("node", "a graph Node", node)
-    params, owners = _kernel_params(config, kernel, args)  # the arguments' kinds before the node's fit (E3)
+    params, owners, read = _kernel_params(config, kernel, args, read_only)  # kinds before the node's fit (E3)
     target = graph_node(graph, node, ("kernel",), "set_kernel_params()")
     # The driver copies the argument values during the call: the packed block need not outlive it.
     kept = [o for o in owners if type(o) is not _ArgumentBlock]
     fn = driver.cuGraphExecKernelNodeSetParams
     call = "cuGraphExecKernelNodeSetParams"
-    apply(graph, kernel.module.context, kept, call, fn, graph._handle, target._handle, params)
+    apply(graph, kernel.module.context, kept, call, fn, graph._handle, target._handle, params, read=read)
 
 
 def memset_params(  # noqa: PLR0917 - the public method's arguments, passed through
@@ -185,10 +184,10 @@ def child(graph: Graph, node: object, definition: GraphDefinition) -> None:
     target = graph_node(graph, node, ("graph",), "set_child()")
     handle = definition.handle
     _check_owners(definition, definition._owners, "used for an update")  # CUDA reads its nodes now (S2, O4)
-    owners = list(definition._owners.values())
+    owners, read = split_written(definition._owners)
     fn = driver.cuGraphExecChildGraphNodeSetParams
     call = "cuGraphExecChildGraphNodeSetParams"
-    apply(graph, graph._context, owners, call, fn, graph._handle, target._handle, handle)
+    apply(graph, graph._context, owners, call, fn, graph._handle, target._handle, handle, read=read)
 
 
 def set_enabled(graph: Graph, node: object, enabled: object) -> None:

@@ -9,9 +9,12 @@ cuguard knows of two kinds of capture:
   capture on (the root's, its forks', a conditional body's) is marked with the
   capture's *owner table*: the objects the captured work uses. Every cuguard
   operation that queues work referencing memory, a kernel or an event on such a
-  stream adds them to that table (:func:`retain_captured`), and memory in a
+  stream adds them to that table (:func:`retain`), and memory in a
   table counts as used by a graph from the moment its work is captured
   (:func:`used_by_capture`): ``close()`` does not free it under the graph (W5).
+  An owner table (:class:`OwnerTable`) also says which of that memory the
+  work may write: the race checker counts a launch of the graph as a read of
+  the rest (B7).
 - Captures begun elsewhere (the bindings, another library) on a stream cuguard
   may see: such a stream is asked ``cuStreamIsCapturing`` before a stream-ordered
   free is queued on it, only when it *may* be capturing (``Stream._may_capture``:
@@ -39,6 +42,7 @@ import gc
 import sys
 import threading
 import weakref
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cuguard.errors import collection_deferred, defer, deferring_lock, driver
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
     from cuguard.resources._stream import Stream
 
 __all__ = [
+    "OwnerTable",
     "capture_began",
     "capture_ended",
     "capture_joined",
@@ -59,11 +64,74 @@ __all__ = [
     "known_context",
     "may_capture",
     "release_waiting",
-    "retain_captured",
+    "retain",
+    "split_written",
     "stream_capturing",
     "used_by_capture",
     "wait_for_capture",
 ]
+
+
+class OwnerTable(dict[int, object]):
+    """What a graph, or a capture in progress, keeps alive (by ``id``), and which of it its work may write.
+
+    The table is the payload a graph's CUDA user object holds (W5).
+    :attr:`written` holds the keys of the objects some node may write (a
+    copy's or memset's destination, a kernel argument not named
+    ``read_only``, whatever ``keep`` was given); the others are only read
+    (a copy's source, a read-only kernel argument). Only the race checker
+    reads the difference (B7): a graph launch writes the written memory and
+    reads the rest. A write mark is never taken back while the object stays
+    in the table (a node changed to only read it keeps it written), so the
+    checker errs towards reporting, never towards missing a write.
+    """
+
+    __slots__ = ("written",)
+
+    def __init__(self, items: Mapping[int, object] | None = None, written: set[int] | None = None) -> None:
+        if items:
+            self.update(items)
+            self.written: set[int] = written_keys(items) if written is None else written
+        else:
+            self.written = set() if written is None else written
+
+    def copy(self) -> OwnerTable:  # a table, with its own set of write marks
+        return OwnerTable(self, set(self.written))
+
+    def keep(self, obj: object, write: bool) -> bool:
+        """Keep ``obj`` (written by the work when ``write``); return whether it was not kept before."""
+        key = id(obj)
+        new = key not in self
+        if new:
+            self[key] = obj
+            if not write:
+                self.written.discard(key)  # the mark of an object gone since, whose id this one reuses
+        if write:
+            self.written.add(key)
+        return new
+
+    def merge(self, other: Mapping[int, object]) -> None:
+        """Keep everything ``other`` keeps, with its write marks (all written when it is a plain mapping)."""
+        marks = written_keys(other)
+        for key, obj in other.items():
+            self.keep(obj, key in marks)
+
+
+def written_keys(owners: Mapping[int, object]) -> set[int]:
+    """The keys of ``owners`` its work may write: all of a plain mapping's, an :class:`OwnerTable`'s marked ones."""
+    written = getattr(owners, "written", None)
+    return set(owners) if written is None else {key for key in owners if key in written}
+
+
+def split_written(owners: Mapping[int, object]) -> tuple[list[object], list[object]]:
+    """``(written, read)``: the objects of ``owners`` its work may write, and the ones it only reads."""
+    marks = written_keys(owners)
+    written: list[object] = []
+    read: list[object] = []
+    for key, obj in owners.items():
+        (written if key in marks else read).append(obj)
+    return written, read
+
 
 #: ``CU_STREAM_CAPTURE_STATUS_NONE``: the stream is not being captured.
 _CAPTURE_NONE = 0
@@ -213,14 +281,33 @@ def captured_into(stream: Stream) -> dict[int, object] | None:
     return _tables.get(int(stream._handle))
 
 
-def retain_captured(owners: dict[int, object], objects: tuple[object, ...] | list[object]) -> None:
-    """Keep ``objects`` alive with a capture's graph; memory among them counts as used by a graph (W5, G6)."""
+def retain(owners: dict[int, object], written: Iterable[object], read: Iterable[object] = ()) -> list[int]:
+    """Keep ``written`` (the work may write them) and ``read`` (it only reads them) in ``owners``.
+
+    ``owners`` is the owner table of a graph or of a capture in progress (W5,
+    G6); in a plain dict (not an :class:`OwnerTable`) everything counts as
+    written (B7). Memory among them counts as used by a graph from now on: its
+    ``close()`` asks whether a graph still uses it. Returns the keys that were
+    not kept before, for a caller that must undo this. Never fails.
+    """
     from cuguard.resources._memory import Buffer, PinnedBuffer
 
-    for obj in objects:
-        owners.setdefault(id(obj), obj)
-        if type(obj) is Buffer or type(obj) is PinnedBuffer:
-            obj._graph_used = True  # its close() now asks whether a graph still uses it
+    added: list[int] = []
+    table = owners if type(owners) is OwnerTable else None
+    for write, group in ((True, written), (False, read)):
+        for obj in group:
+            if table is not None:
+                if not table.keep(obj, write):
+                    continue
+            elif id(obj) in owners:
+                continue
+            else:
+                owners[id(obj)] = obj
+            added.append(id(obj))
+            if type(obj) is Buffer or type(obj) is PinnedBuffer:
+                obj._graph_used = True  # its close() now asks whether a graph still uses it
+
+    return added
 
 
 def used_by_capture(obj: object) -> bool:

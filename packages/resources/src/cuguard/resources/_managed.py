@@ -179,7 +179,7 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         if _captures._tables:
             owners = _captures.captured_into(stream)
             if owners is not None:  # captured: the graph keeps the buffer (G6, W5)
-                _captures.retain_captured(owners, (buf,))
+                _captures.retain(owners, (buf,))
 
     def advise(self, buffer: Buffer, advice: str, location: Any = None) -> None:
         """Tell the driver how ``buffer``'s memory will be used (``cuMemAdvise``).

@@ -135,11 +135,11 @@ def graph_let_go(objects: list[object]) -> None:
             obj._release_collected()  # type: ignore[attr-defined]
 
 
-def _note_captured(stream: Stream, *objects: object) -> None:
-    """Work using ``objects`` was queued on ``stream``: if a cuguard capture runs there, its graph keeps them (G6)."""
+def _note_captured(stream: Stream, written: object, *read: object) -> None:
+    """Work writing ``written`` and reading ``read`` was queued on ``stream``: a cuguard capture keeps them (G6)."""
     owners = _captures.captured_into(stream)
     if owners is not None:
-        _captures.retain_captured(owners, objects)
+        _captures.retain(owners, (written,), read)
 
 
 def _release_later(buffer: Any, stream: Stream | None) -> None:
@@ -651,7 +651,7 @@ class Buffer(Resource):
         if err:
             raise_status(err, call)
         if stream is not None and _captures._tables:
-            _note_captured(stream, self, dst)
+            _note_captured(stream, dst, self)
         if _race.ON:
             _race.copied(dst, self, stream, call, self._context)
 

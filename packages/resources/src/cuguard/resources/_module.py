@@ -36,7 +36,7 @@ from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._objectcode import LOADABLE, ObjectCode, share_lowered_names
 from cuguard.resources._params import KernelParameter, Signature, parse_ptx_signatures, query_signature
 from cuguard.resources._stream import Stream, as_stream
-from cuguard.resources._view import StridedMemoryView, used_memory
+from cuguard.resources._view import StridedMemoryView, check_read_only, memory_uses
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "launch"]
 
@@ -519,6 +519,7 @@ def _numpy_ctype(arg: Any) -> Any:
 
 
 _NO_POSITIONS: Sequence[int] = ()  # launch's read_only default, told apart by identity
+_NO_READS: frozenset[int] = frozenset()
 
 
 def launch(
@@ -560,8 +561,7 @@ def launch(
         raise wrong_kind("kernel", "a Kernel", kernel)
     if type(stream) is not Stream:
         stream = as_stream(stream, "stream")
-    if read_only is not _NO_POSITIONS:
-        _check_read_only(read_only, len(args))
+    reads = _NO_READS if read_only is _NO_POSITIONS else check_read_only(read_only, len(args))
     module = kernel.module
     if module._closed or stream._closed or module._context._closed or stream._context._closed:
         module._check_open()
@@ -590,23 +590,13 @@ def launch(
     if _captures._tables:
         owners = _captures.captured_into(stream)
         if owners is not None:  # captured: the graph keeps the kernel and the memory it uses from now on (G6)
-            _captures.retain_captured(owners, [kernel, module, *used_memory(args)])
+            written, read = memory_uses(args, reads)
+            _captures.retain(owners, [kernel, module, *written], read)
     if _race.ON:
         call = "cuLaunchKernelEx" if config._ex else "cuLaunchKernel"
-        _race.launched(stream, f"{call} ({kernel.name})", args, read_only)
+        _race.launched(stream, f"{call} ({kernel.name})", args, reads)
     if attributing():
         wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
-
-
-def _check_read_only(read_only: Any, count: int) -> None:
-    """``read_only`` of :func:`launch`: argument positions (ints below ``count``), else ``TypeError``/``ValueError``."""
-    if isinstance(read_only, str | bytes) or not isinstance(read_only, Sequence | set | frozenset):
-        raise wrong_kind("read_only", "a sequence of argument positions (ints)", read_only)
-    for position in read_only:
-        if isinstance(position, bool) or not isinstance(position, int):
-            raise wrong_kind("read_only", "a sequence of argument positions (ints)", position)
-        if not 0 <= position < count:
-            raise ValueError(f"read_only names argument {position}, but the launch has {count} arguments")
 
 
 def describe_launch(name: str, config: LaunchConfig, args: Sequence[Any]) -> str:

@@ -24,9 +24,12 @@ The model is exact happens-before with vector clocks:
 - A host function (:meth:`Stream.launch_host_func`) runs as a step of its
   stream: host accesses made inside it (a NumPy view of pinned memory) are
   ordered like work on that stream.
-- A graph launch is one operation on its stream that reads and writes every
-  buffer the graph's nodes use; races between nodes of one graph are not
-  checked (CUDA orders them by the graph's edges).
+- A graph launch is one operation on its stream: it reads the memory every
+  node only reads (a copy node's source, kernel arguments named
+  ``read_only``) and writes the rest of what its nodes use (the write marks of
+  its owner table, :class:`~cuguard.resources._captures.OwnerTable`); races
+  between nodes of one graph are not checked (CUDA orders them by the graph's
+  edges).
 
 Accesses are byte ranges of cuguard memory: copies, fills, kernel launches
 (a buffer argument reads and writes its whole buffer unless ``read_only=``
@@ -473,25 +476,23 @@ def filled(buffer: Any, stream: Any, call: str) -> None:
         _synchronous(buffer._context, call, ((buffer, True),), False)
 
 
-def launched(stream: Any, call: str, args: tuple[Any, ...], read_only: Any) -> None:
+def launched(stream: Any, call: str, args: tuple[Any, ...], read_only: frozenset[int]) -> None:
     """A kernel was queued on ``stream`` with ``args``; ``read_only``: the positions of arguments it only reads."""
-    from cuguard.resources._view import StridedMemoryView, memory_of
+    from cuguard.resources._view import memory_uses
 
-    touched: list[tuple[Any, bool]] = []
-    reads = set(read_only) if read_only else ()
-    for index, arg in enumerate(args):
-        if isinstance(arg, StridedMemoryView):
-            memory = memory_of(arg)
-            if memory is not None:
-                touched.append((memory, not (arg._readonly or index in reads)))
-        elif _memory(arg) is not None:
-            touched.append((arg, index not in reads))
-    _on_stream(stream, call, touched)
+    written, read = memory_uses(args, read_only)
+    touched = [(m, True) for m in written] + [(m, False) for m in read]
+    _on_stream(stream, call, [(m, write) for m, write in touched if _memory(m) is not None])
 
 
-def graph_launched(stream: Any, used: Iterable[object]) -> None:
-    """An executable graph was launched on ``stream``: one operation writing every buffer in ``used``."""
-    _on_stream(stream, "cuGraphLaunch", [(obj, True) for obj in used if _memory(obj) is not None])
+def graph_launched(stream: Any, owners: dict[int, object]) -> None:
+    """A graph keeping ``owners`` was launched on ``stream``: one operation on the memory its nodes use.
+
+    It writes the memory ``owners`` marks written (every object, in a plain
+    dict: see :class:`~cuguard.resources._captures.OwnerTable`) and reads the rest.
+    """
+    written = _captures.written_keys(owners)
+    _on_stream(stream, "cuGraphLaunch", [(o, k in written) for k, o in owners.items() if _memory(o) is not None])
 
 
 def allocated(buffer: Any, stream: Any) -> None:

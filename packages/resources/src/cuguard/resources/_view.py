@@ -24,7 +24,13 @@ from cuguard.resources import _dlpack
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream, as_stream, driver_types
 
-__all__ = ["StridedMemoryView", "args_viewable_as_strided_memory", "memory_of", "used_memory"]
+__all__ = [
+    "StridedMemoryView",
+    "args_viewable_as_strided_memory",
+    "check_read_only",
+    "memory_of",
+    "memory_uses",
+]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -645,18 +651,48 @@ def memory_of(arg: object) -> Buffer | PinnedBuffer | None:
     return None
 
 
-def used_memory(args: Sequence[object]) -> list[object]:
-    """The memory kernel arguments use, for a graph to keep: buffers, and each view with the buffer under it."""
-    used: list[object] = []
-    for arg in args:
+def check_read_only(read_only: object, count: int) -> frozenset[int]:
+    """``read_only`` of a launch: positions of its ``count`` arguments (integers, NumPy's too), as a set.
+
+    Raises ``TypeError`` for something that is not a collection of integers
+    (a ``str``, a ``bool`` position) and ``ValueError`` for a position outside
+    the arguments. Changes nothing.
+    """
+    if isinstance(read_only, str | bytes) or not isinstance(read_only, Sequence | set | frozenset):
+        raise wrong_kind("read_only", "a sequence of argument positions (ints)", read_only)
+    positions: set[int] = set()
+    for position in read_only:
+        if not is_integer(position):
+            raise wrong_kind("read_only", "a sequence of argument positions (ints)", position)
+        index = int(position)  # is_integer: it has __index__
+        if not 0 <= index < count:
+            raise ValueError(f"read_only names argument {index}, but the launch has {count} arguments")
+        positions.add(index)
+    return frozenset(positions)
+
+
+def memory_uses(args: Sequence[object], read_only: frozenset[int] = frozenset()) -> tuple[list[object], list[object]]:
+    """The memory of kernel arguments ``args``, as ``(written, read)``: what a graph keeps, split for the race checker.
+
+    A buffer argument is written unless its position is in ``read_only``; a
+    view's buffer likewise, and only read when the view is read-only. Memory
+    one argument writes and another reads is written. The views themselves
+    are in ``read`` (kept alive, never accessed).
+    """
+    written: list[object] = []
+    read: list[object] = []
+    for index, arg in enumerate(args):
         if isinstance(arg, Buffer | PinnedBuffer):
-            used.append(arg)
+            (read if index in read_only else written).append(arg)
         elif isinstance(arg, StridedMemoryView):
-            used.append(arg)
+            read.append(arg)
             memory = memory_of(arg)
             if memory is not None:
-                used.append(memory)
-    return used
+                (read if arg._readonly or index in read_only else written).append(memory)
+    if written and read:
+        ids = {id(obj) for obj in written}
+        read = [obj for obj in read if id(obj) not in ids]
+    return written, read
 
 
 class _Viewable:
