@@ -5,13 +5,14 @@ the ``cuda.bindings.driver`` interface. It runs on a fresh simulated driver and 
 driver, and returns its observations (status names, handle relations, bytes read back). The two
 lists must be equal; a disagreement is a bug in the simulator.
 
-The scenarios live in one module per driver area (:data:`AREAS`); :mod:`.common` holds what
-they share (the registry, the status helpers' equivalents and :class:`.common.Setup`, the
-set-up most of them begin with). ``recorded/`` holds what a real GPU answered, so that a
-machine without one still compares the simulator against it. :mod:`.cli` runs them.
+The scenarios live in one module per driver area (:data:`AREAS`); ``common`` holds what they
+share (the registry, status names, and ``Setup``, the context and the streams, events, memory
+and kernel most of them begin with), ``graphtools`` what the graph, capture and conditional
+scenarios share. ``recorded/`` holds what a real GPU answered, so that a machine without one
+still compares the simulator against it. ``cli`` runs them (``python scripts/differential``).
 
-Importing the package puts the repository's ``packages/*/src`` folders on ``sys.path``, so
-it needs nothing installed beyond cuda-bindings.
+Importing the package puts the repository's ``packages/*/src`` folders on ``sys.path``, so it
+needs nothing installed beyond cuda-bindings.
 """
 
 from __future__ import annotations

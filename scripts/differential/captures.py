@@ -1,9 +1,8 @@
-"""Stream capture."""
+"""Stream capture: what a capture records, what it refuses or invalidates, modes, forks and joins."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import threading
 from typing import Any
 
@@ -11,9 +10,9 @@ from cuda.bindings import driver as B
 
 from cuguard.testing._bindings import BINDINGS_MAJOR
 from differential.common import (
-    PTX,
-    Ctx,
+    HostFunction,
     Obs,
+    Setup,
     name,
     ok,
     scenario,
@@ -31,9 +30,9 @@ from differential.graphtools import (
 
 @scenario
 def capture_becomes_nodes_and_runs_at_launch(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(8)
         ok(d.cuMemsetD8(p, 0, 8))
         out: Obs = [name(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]), capture_status(d, s)]
         try:
@@ -49,15 +48,13 @@ def capture_becomes_nodes_and_runs_at_launch(d: Any) -> Obs:
         ok(d.cuMemcpyDtoH(host, p, 8))
         out.append(bytes(host).hex())
         d.cuGraphDestroy(graph)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_begin_and_end_refusals(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         out: Obs = [
             name(d.cuStreamBeginCapture(B.CUstream(0), CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]),
             end_capture(d, s)[0],
@@ -70,16 +67,15 @@ def capture_begin_and_end_refusals(d: Any) -> Obs:
             end_captures_quietly(d, s)
         out += [status, node_kinds(d, graph)]
         d.cuGraphDestroy(graph)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_invalidated_by_sync_or_query(d: Any) -> Obs:
     out: Obs = []
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(8)
         for forbidden in ("cuStreamSynchronize", "cuStreamQuery"):
             ok(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
             try:
@@ -91,16 +87,14 @@ def capture_invalidated_by_sync_or_query(d: Any) -> Obs:
             finally:
                 end_captures_quietly(d, s)
             out += [capture_status(d, s), name(d.cuStreamSynchronize(s)[0])]
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_and_the_legacy_stream(d: Any) -> Obs:
-    with Ctx(d):
-        blocking, non_blocking = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(1))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        blocking, non_blocking = env.stream(), env.stream(1)
+        p = env.alloc(8)
         out: Obs = []
         ok(d.cuStreamBeginCapture(non_blocking, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
         try:
@@ -119,18 +113,15 @@ def capture_and_the_legacy_stream(d: Any) -> Obs:
         finally:
             end_captures_quietly(d, blocking)
         d.cuStreamSynchronize(B.CUstream(0))
-        d.cuMemFree(p)
-        d.cuStreamDestroy(blocking)
-        d.cuStreamDestroy(non_blocking)
     return out
 
 
 @scenario
 def capture_fork_and_join_through_events(d: Any) -> Obs:
-    with Ctx(d):
-        main, side = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0))
-        fork, join = ok(d.cuEventCreate(2)), ok(d.cuEventCreate(2))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        main, side = env.stream(), env.stream()
+        fork, join = env.event(2), env.event(2)
+        p = env.alloc(8)
         ok(d.cuMemsetD8(p, 0, 8))
         out: Obs = []
         ok(d.cuStreamBeginCapture(main, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
@@ -154,11 +145,6 @@ def capture_fork_and_join_through_events(d: Any) -> Obs:
         out.append(bytes(host).hex())
         if graph is not None:
             d.cuGraphDestroy(graph)
-        for ev in (fork, join):
-            d.cuEventDestroy(ev)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(main)
-        d.cuStreamDestroy(side)
     return out
 
 
@@ -168,8 +154,8 @@ def capture_fork_by_stream_flags(d: Any) -> Obs:
     # non-blocking (1) streams, and once after a query of the captured event: the wait's status and
     # whether the other stream joined the capture.
     out: Obs = []
-    with Ctx(d):
-        p = ok(d.cuMemAlloc(4))
+    with Setup(d) as env:
+        p = env.alloc(4)
         for main_flags, side_flags, query in ((0, 0, False), (0, 1, False), (1, 0, False), (1, 1, False), (1, 1, True)):
             main, side = ok(d.cuStreamCreate(main_flags)), ok(d.cuStreamCreate(side_flags))
             fork = ok(d.cuEventCreate(2))
@@ -186,16 +172,15 @@ def capture_fork_by_stream_flags(d: Any) -> Obs:
             d.cuEventDestroy(fork)
             d.cuStreamDestroy(main)
             d.cuStreamDestroy(side)
-        d.cuMemFree(p)
     return out
 
 
 @scenario
 def capture_with_an_unjoined_fork(d: Any) -> Obs:
-    with Ctx(d):
-        main, side = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0))
-        fork = ok(d.cuEventCreate(2))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        main, side = env.stream(), env.stream()
+        fork = env.event(2)
+        p = env.alloc(8)
         out: Obs = []
         ok(d.cuStreamBeginCapture(main, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
         try:
@@ -206,18 +191,14 @@ def capture_with_an_unjoined_fork(d: Any) -> Obs:
         finally:
             end_captures_quietly(d, main, side)
         out += [capture_status(d, main), capture_status(d, side), name(d.cuStreamSynchronize(side)[0])]
-        d.cuEventDestroy(fork)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(main)
-        d.cuStreamDestroy(side)
     return out
 
 
 @scenario
 def capture_waits_on_outside_work_or_another_capture(d: Any) -> Obs:
-    with Ctx(d):
-        a, b, other = ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0)), ok(d.cuStreamCreate(0))
-        outside, mark = ok(d.cuEventCreate(2)), ok(d.cuEventCreate(2))
+    with Setup(d) as env:
+        a, b, other = env.stream(), env.stream(), env.stream()
+        outside, mark = env.event(2), env.event(2)
         d.cuEventRecord(outside, other)
         out: Obs = []
         ok(d.cuStreamBeginCapture(a, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
@@ -237,19 +218,16 @@ def capture_waits_on_outside_work_or_another_capture(d: Any) -> Obs:
                 d.cuGraphDestroy(graph)
         finally:
             end_captures_quietly(d, a, b)
-        for ev in (outside, mark):
-            d.cuEventDestroy(ev)
         for st in (a, b, other):
             d.cuStreamSynchronize(st)
-            d.cuStreamDestroy(st)
     return out
 
 
 @scenario
 def capture_modes_and_unsafe_calls(d: Any) -> Obs:
     out: Obs = []
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         ok(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
         try:
             err, ptr = d.cuMemAlloc(8)
@@ -285,21 +263,20 @@ def capture_modes_and_unsafe_calls(d: Any) -> Obs:
         out.append(name(d.cuThreadExchangeStreamCaptureMode(7)[0]))
         with contextlib.suppress(ValueError):  # the bindings cannot name a mode 7 returned as the old one
             d.cuThreadExchangeStreamCaptureMode(CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)  # whatever 7 did, undo it
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_in_another_thread_follows_its_mode(d: Any) -> Obs:
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         for mode in (CAP.CU_STREAM_CAPTURE_MODE_GLOBAL, CAP.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL):
             ok(d.cuStreamBeginCapture(s, mode))
             seen: list[str] = []
 
             def other(seen: list[str] = seen) -> None:
-                d.cuCtxSetCurrent(ctx)
+                d.cuCtxSetCurrent(env.ctx)
                 err, ptr = d.cuMemAlloc(8)
                 seen.append(name(err))
                 if not int(err):
@@ -316,7 +293,6 @@ def capture_in_another_thread_follows_its_mode(d: Any) -> Obs:
                     d.cuGraphDestroy(graph)
             finally:
                 end_captures_quietly(d, s)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -327,9 +303,9 @@ def capture_relaxed_thread_frees_during_a_capture(d: Any) -> Obs:
     same context: what a collection of cuguard memory does during a capture. Each call's status, then
     the capture's status and how it ends."""
     out: Obs = []
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(1))  # non-blocking: the legacy stream's rules stay out of it
-        other = ok(d.cuStreamCreate(1))
+    with Setup(d) as env:
+        s = env.stream(1)  # non-blocking: the legacy stream's rules stay out of it
+        other = env.stream(1)
         plain = ok(d.cuMemAlloc(64))
         ordered = ok(d.cuMemAllocAsync(64, other))
         ok(d.cuStreamSynchronize(other))
@@ -351,8 +327,6 @@ def capture_relaxed_thread_frees_during_a_capture(d: Any) -> Obs:
                 d.cuGraphDestroy(graph)
         finally:
             end_captures_quietly(d, s)
-        d.cuStreamDestroy(other)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -362,8 +336,8 @@ def graph_teardown_during_a_capture(d: Any) -> Obs:
     (what a collection does), in global mode then in relaxed mode: each call's status, and whether the
     capture survived it."""
     out: Obs = []
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(1))
+    with Setup(d) as env:
+        s = env.stream(1)
         for relaxed in (False, True):
             graph = ok(d.cuGraphCreate(0))
             ok(d.cuGraphAddEmptyNode(graph, None, 0))
@@ -389,7 +363,6 @@ def graph_teardown_during_a_capture(d: Any) -> Obs:
             if int(destroyed):
                 d.cuGraphExecDestroy(exe)  # refused during the capture: destroyed now
             d.cuGraphDestroy(graph)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -398,22 +371,21 @@ def stream_queries_during_an_invalidated_capture(d: Any) -> Obs:
     """cuStreamGetCtx of a stream while its capture runs, once it is invalidated (a synchronization of the
     capturing stream), and after the capture ended: each status, and whether the context named is right."""
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(1))
+    with Setup(d) as env:
+        s = env.stream(1)
         ok(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
         try:
             err, named = d.cuStreamGetCtx(s)
-            out.append([name(err), not int(err) and int(named) == int(ctx)])
+            out.append([name(err), not int(err) and int(named) == int(env.ctx)])
             out.append(name(d.cuStreamSynchronize(s)[0]))
             out.append(capture_status(d, s))
             err, named = d.cuStreamGetCtx(s)
-            out.append([name(err), not int(err) and int(named) == int(ctx)])
+            out.append([name(err), not int(err) and int(named) == int(env.ctx)])
             out.append(end_capture(d, s)[0])
         finally:
             end_captures_quietly(d, s)
         err, named = d.cuStreamGetCtx(s)
-        out.append([name(err), not int(err) and int(named) == int(ctx)])
-        d.cuStreamDestroy(s)
+        out.append([name(err), not int(err) and int(named) == int(env.ctx)])
     return out
 
 
@@ -422,7 +394,7 @@ def capture_sync_by_mode_and_destroyed_stream(d: Any) -> Obs:
     # cuCtxSynchronize while a capture begun in each mode runs on a stream of the context (the thread
     # in the same mode), and what destroying a capturing stream does: its status, then a sync.
     out: Obs = []
-    with Ctx(d):
+    with Setup(d):
         for mode in (CAP.CU_STREAM_CAPTURE_MODE_RELAXED, CAP.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL):
             s = ok(d.cuStreamCreate(1))
             old = d.cuThreadExchangeStreamCaptureMode(mode)[1]
@@ -447,14 +419,14 @@ def capture_sync_by_mode_and_destroyed_stream(d: Any) -> Obs:
 @scenario
 def capture_ended_from_another_thread(d: Any) -> Obs:
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         for mode in (CAP.CU_STREAM_CAPTURE_MODE_GLOBAL, CAP.CU_STREAM_CAPTURE_MODE_RELAXED):
             ok(d.cuStreamBeginCapture(s, mode))
             ended: list[Any] = []
 
             def other(ended: list[Any] = ended) -> None:
-                d.cuCtxSetCurrent(ctx)
+                d.cuCtxSetCurrent(env.ctx)
                 ended.append(end_capture(d, s))
                 d.cuCtxSetCurrent(B.CUcontext(0))
 
@@ -468,15 +440,14 @@ def capture_ended_from_another_thread(d: Any) -> Obs:
                     d.cuGraphDestroy(graph)
             finally:
                 end_captures_quietly(d, s)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_info_and_dependency_updates(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(8)
         idle = d.cuStreamGetCaptureInfo(s)
         out: Obs = [name(idle[0]), B.CUstreamCaptureStatus(int(idle[1])).name]
         ok(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
@@ -499,16 +470,14 @@ def capture_info_and_dependency_updates(d: Any) -> Obs:
             end_captures_quietly(d, s)
         out += [status, int(ended) == int(graph), node_kinds(d, ended), edge_count(d, ended)]
         d.cuGraphDestroy(ended)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_into_an_existing_graph(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(8)
         graph = ok(d.cuGraphCreate(0))
         root = ok(d.cuGraphAddEmptyNode(graph, None, 0))
         out: Obs = [
@@ -524,18 +493,15 @@ def capture_into_an_existing_graph(d: Any) -> Obs:
         finally:
             end_captures_quietly(d, s)
         out += [node_kinds(d, graph), name(d.cuGraphDestroy(graph)[0])]
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_graph_launch_kernel_and_memory(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(8))
-        mod = ok(d.cuModuleLoadData(PTX))
-        fn = ok(d.cuModuleGetFunction(mod, b"empty"))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(8)
+        fn = env.kernel()
         inner = ok(d.cuGraphCreate(0))
         ok(d.cuGraphAddEmptyNode(inner, None, 0))
         exe = ok(d.cuGraphInstantiate(inner, 0))
@@ -560,22 +526,18 @@ def capture_graph_launch_kernel_and_memory(d: Any) -> Obs:
             d.cuGraphDestroy(graph)
         d.cuGraphExecDestroy(exe)
         d.cuGraphDestroy(inner)
-        d.cuModuleUnload(mod)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def capture_host_function_node(d: Any) -> Obs:
     ran: list[int] = []
-    thunk = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: ran.append(1))
-    address = ctypes.cast(thunk, ctypes.c_void_p).value
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    fn = HostFunction(lambda _: ran.append(1))
+    with Setup(d) as env:
+        s = env.stream()
         ok(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
         try:
-            out: Obs = [name(d.cuLaunchHostFunc(s, B.CUhostFn(address), 0)[0])]
+            out: Obs = [name(d.cuLaunchHostFunc(s, fn.handle, 0)[0])]
             status, graph = end_capture(d, s)
         finally:
             end_captures_quietly(d, s)
@@ -584,5 +546,4 @@ def capture_host_function_node(d: Any) -> Obs:
         out += run_graph(d, graph, s)
         out.append(len(ran))
         d.cuGraphDestroy(graph)
-        d.cuStreamDestroy(s)
     return out

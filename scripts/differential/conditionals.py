@@ -1,4 +1,4 @@
-"""Conditional nodes."""
+"""Conditional nodes: which body runs, CUDA's refusals, nested bodies, instantiation, capture of bodies."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from cuda.bindings import driver as B
 
 from cuguard.testing._bindings import BINDINGS_MAJOR, ctx_create
 from differential.common import (
-    Ctx,
     Obs,
+    Setup,
     name,
     ok,
     scenario,
@@ -42,20 +42,18 @@ def conditional_branches_by_default_value(d: Any) -> Obs:
         ("while0", COND.CU_GRAPH_COND_TYPE_WHILE, 1, 0),
     ]
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(8)
         for label, kind, size, default in cases:
             g = ok(d.cuGraphCreate(0))
-            handle = ok(d.cuGraphConditionalHandleCreate(g, ctx, default, ASSIGN_DEFAULT))
-            first = memset_node(d, g, [], p, 0xEE, 8, ctx)
-            status, _, bodies = add_conditional(d, g, handle, kind, size, ctx, [first])
+            handle = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, default, ASSIGN_DEFAULT))
+            first = memset_node(d, g, [], p, 0xEE, 8, env.ctx)
+            status, _, bodies = add_conditional(d, g, handle, kind, size, env.ctx, [first])
             for i, body in enumerate(bodies):
-                memset_node(d, body, [], p, 0x10 + i, 8, ctx)
+                memset_node(d, body, [], p, 0x10 + i, 8, env.ctx)
             out.append([label, status, len(bodies), *run_graph(d, g, s), read_device(d, p, 8)])
             d.cuGraphDestroy(g)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -63,18 +61,18 @@ def conditional_branches_by_default_value(d: Any) -> Obs:
 def conditional_refusals(d: Any) -> Obs:
     # CUDA's sizes per type, a handle of another graph, handle flags, and a handle no node uses.
     out: Obs = []
-    with Ctx(d) as ctx:
+    with Setup(d) as env:
         g = ok(d.cuGraphCreate(0))
         other = ok(d.cuGraphCreate(0))
-        handle = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, 0))
-        theirs = ok(d.cuGraphConditionalHandleCreate(other, ctx, 0, 0))
+        handle = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 0, 0))
+        theirs = ok(d.cuGraphConditionalHandleCreate(other, env.ctx, 0, 0))
         for kind, size in ((COND.CU_GRAPH_COND_TYPE_IF, 3), (COND.CU_GRAPH_COND_TYPE_WHILE, 2)):
-            out.append(add_conditional(d, g, handle, kind, size, ctx, [])[0])
-        out.append(add_conditional(d, g, theirs, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0])
-        out.append(name(d.cuGraphConditionalHandleCreate(g, ctx, 0, 2)[0]))
+            out.append(add_conditional(d, g, handle, kind, size, env.ctx, [])[0])
+        out.append(add_conditional(d, g, theirs, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])[0])
+        out.append(name(d.cuGraphConditionalHandleCreate(g, env.ctx, 0, 2)[0]))
         out.append(int(d.cuGraphGetNodes(g, 0)[-1]))
         unused = ok(d.cuGraphCreate(0))
-        ok(d.cuGraphConditionalHandleCreate(unused, ctx, 1, ASSIGN_DEFAULT))
+        ok(d.cuGraphConditionalHandleCreate(unused, env.ctx, 1, ASSIGN_DEFAULT))
         err, exe = d.cuGraphInstantiate(unused, 0)
         out.append(["unused handle, instantiate", name(err)])
         if not int(err):
@@ -89,19 +87,19 @@ def conditional_graph_clone_and_nested_bodies(d: Any) -> Obs:
     # An if node whose body holds a switch node (a handle of the outer graph), cloned (CUDA does not
     # clone graphs with conditional nodes) and run.
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(4))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(4)
         g = ok(d.cuGraphCreate(0))
-        outer = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, ASSIGN_DEFAULT))
-        inner = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, ASSIGN_DEFAULT))
-        memset_node(d, g, [], p, 0, 4, ctx)
-        status, _, bodies = add_conditional(d, g, outer, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+        outer = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 1, ASSIGN_DEFAULT))
+        inner = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 1, ASSIGN_DEFAULT))
+        memset_node(d, g, [], p, 0, 4, env.ctx)
+        status, _, bodies = add_conditional(d, g, outer, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
         status2, cases = "no body", []
         if bodies:
-            status2, _, cases = add_conditional(d, bodies[0], inner, COND.CU_GRAPH_COND_TYPE_SWITCH, 2, ctx, [])
+            status2, _, cases = add_conditional(d, bodies[0], inner, COND.CU_GRAPH_COND_TYPE_SWITCH, 2, env.ctx, [])
         for i, case in enumerate(cases):
-            memset_node(d, case, [], p, 0x30 + i, 4, ctx)
+            memset_node(d, case, [], p, 0x30 + i, 4, env.ctx)
         out += [status, status2]
         roots = int(d.cuGraphGetRootNodes(g, 0)[-1])
         err, copy = d.cuGraphClone(g)
@@ -115,8 +113,6 @@ def conditional_graph_clone_and_nested_bodies(d: Any) -> Obs:
             out += [name(d.cuGraphLaunch(exe, s)[0]), name(d.cuStreamSynchronize(s)[0]), read_device(d, p, 4)]
             d.cuGraphExecDestroy(exe)
         d.cuGraphDestroy(g)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -132,25 +128,25 @@ def conditional_nested_handle_by_graph(d: Any) -> Obs:
     # A conditional node inside a body, with its handle made on the body graph, on the outer graph and
     # on an unrelated graph; each graph instantiated and run (only the first two handles are used).
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(0))
-        p = ok(d.cuMemAlloc(4))
+    with Setup(d) as env:
+        s = env.stream()
+        p = env.alloc(4)
         for where in ("body", "outer", "unrelated"):
             g = ok(d.cuGraphCreate(0))
             other = ok(d.cuGraphCreate(0))
-            outer = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, ASSIGN_DEFAULT))
+            outer = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 1, ASSIGN_DEFAULT))
             ok(d.cuMemsetD8(p, 0, 4))
-            status, _, bodies = add_conditional(d, g, outer, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+            status, _, bodies = add_conditional(d, g, outer, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
             row: Obs = [where, status]
             if bodies:
                 owner = {"body": bodies[0], "outer": g, "unrelated": other}[where]
-                inner = ok(d.cuGraphConditionalHandleCreate(owner, ctx, 1, ASSIGN_DEFAULT))
-                status2, _, cases = add_conditional(d, bodies[0], inner, COND.CU_GRAPH_COND_TYPE_SWITCH, 2, ctx, [])
+                inner = ok(d.cuGraphConditionalHandleCreate(owner, env.ctx, 1, ASSIGN_DEFAULT))
+                status2, _, cases = add_conditional(d, bodies[0], inner, COND.CU_GRAPH_COND_TYPE_SWITCH, 2, env.ctx, [])
                 for i, case in enumerate(cases):
-                    memset_node(d, case, [], p, 0x40 + i, 4, ctx)
+                    memset_node(d, case, [], p, 0x40 + i, 4, env.ctx)
                 row.append(status2)
                 if where == "outer" and int(d.cuGraphGetNodes(bodies[0], 0)[-1]) == 0:
-                    memset_node(d, bodies[0], [], p, 0x50, 4, ctx)  # the unused inner handle stays
+                    memset_node(d, bodies[0], [], p, 0x50, 4, env.ctx)  # the unused inner handle stays
                 err, exe = d.cuGraphInstantiate(g, 0)
                 row.append(name(err))
                 if not int(err):
@@ -160,8 +156,6 @@ def conditional_nested_handle_by_graph(d: Any) -> Obs:
             out.append(row)
             d.cuGraphDestroy(g)
             d.cuGraphDestroy(other)
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -170,31 +164,31 @@ def conditional_instantiate_shapes(d: Any) -> Obs:
     # Which graphs with conditional nodes instantiate: an empty body, a node after empty nodes, two
     # conditional nodes, a handle with no node, and a handle used by a node that was destroyed.
     out: Obs = []
-    with Ctx(d) as ctx:
-        p = ok(d.cuMemAlloc(4))
+    with Setup(d) as env:
+        p = env.alloc(4)
 
         def build(shape: str) -> Obs:
             g = ok(d.cuGraphCreate(0))
             try:
                 a = ok(d.cuGraphAddEmptyNode(g, None, 0))
-                h1 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, ASSIGN_DEFAULT))
+                h1 = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 1, ASSIGN_DEFAULT))
                 deps = [a] if shape != "at_root" else []
-                status, node, bodies = add_conditional(d, g, h1, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, deps)
+                status, node, bodies = add_conditional(d, g, h1, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, deps)
                 if bodies and shape != "empty_body":
-                    memset_node(d, bodies[0], [], p, 3, 4, ctx)
+                    memset_node(d, bodies[0], [], p, 3, 4, env.ctx)
                 if shape == "two_nodes":
-                    h2 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, ASSIGN_DEFAULT))
-                    _, _, more = add_conditional(d, g, h2, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                    h2 = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 0, ASSIGN_DEFAULT))
+                    _, _, more = add_conditional(d, g, h2, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
                     if more:
-                        memset_node(d, more[0], [], p, 4, 4, ctx)
+                        memset_node(d, more[0], [], p, 4, 4, env.ctx)
                 if shape == "two_nodes_one_empty":
-                    h2 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, ASSIGN_DEFAULT))
-                    add_conditional(d, g, h2, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                    h2 = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 0, ASSIGN_DEFAULT))
+                    add_conditional(d, g, h2, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
                 if shape == "spare_handle":
-                    ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, ASSIGN_DEFAULT))
+                    ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 0, ASSIGN_DEFAULT))
                 if shape == "destroyed_node" and node is not None:
-                    h3 = ok(d.cuGraphConditionalHandleCreate(g, ctx, 0, ASSIGN_DEFAULT))
-                    _, gone, _ = add_conditional(d, g, h3, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                    h3 = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 0, ASSIGN_DEFAULT))
+                    _, gone, _ = add_conditional(d, g, h3, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
                     if gone is not None:
                         ok(d.cuGraphDestroyNode(gone))
                 return [shape, status, _instantiate_status(d, g)]
@@ -211,7 +205,6 @@ def conditional_instantiate_shapes(d: Any) -> Obs:
             "destroyed_node",
         ):
             out.append(build(shape))
-        d.cuMemFree(p)
     return out
 
 
@@ -220,17 +213,17 @@ def conditional_handle_needs_no_current_context(d: Any) -> Obs:
     # cuGraphConditionalHandleCreate takes its context as an argument: asked with none current, and
     # with another context current.
     out: Obs = []
-    with Ctx(d) as ctx:
+    with Setup(d) as env:
         g = ok(d.cuGraphCreate(0))
         d.cuCtxSetCurrent(B.CUcontext(0))
-        err, _ = d.cuGraphConditionalHandleCreate(g, ctx, 0, 0)
+        err, _ = d.cuGraphConditionalHandleCreate(g, env.ctx, 0, 0)
         out.append(["none current", name(err)])
         other = ok(ctx_create(d, 0, ok(d.cuDeviceGet(0))))
-        err, _ = d.cuGraphConditionalHandleCreate(g, ctx, 0, 0)
+        err, _ = d.cuGraphConditionalHandleCreate(g, env.ctx, 0, 0)
         out.append(["another current", name(err)])
         d.cuCtxSetCurrent(B.CUcontext(0))
         d.cuCtxDestroy(other)
-        d.cuCtxSetCurrent(ctx)
+        d.cuCtxSetCurrent(env.ctx)
         d.cuGraphDestroy(g)
     return out
 
@@ -287,23 +280,22 @@ def conditional_nested_outer_handle_shapes(d: Any) -> Obs:
     # An if node in a body with a handle of the outer graph: the handle made before or after the outer
     # node, the body empty or holding a node already, the inner handle's default 0 or 1.
     out: Obs = []
-    with Ctx(d) as ctx:
-        p = ok(d.cuMemAlloc(4))
+    with Setup(d) as env:
+        p = env.alloc(4)
         for early in (True, False):
             for filled in (False, True):
                 for default in (0, 1):
                     g = ok(d.cuGraphCreate(0))
-                    inner = ok(d.cuGraphConditionalHandleCreate(g, ctx, default, ASSIGN_DEFAULT)) if early else None
-                    outer = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, ASSIGN_DEFAULT))
-                    _, _, bodies = add_conditional(d, g, outer, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
+                    inner = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, default, ASSIGN_DEFAULT)) if early else None
+                    outer = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 1, ASSIGN_DEFAULT))
+                    _, _, bodies = add_conditional(d, g, outer, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
                     if inner is None:
-                        inner = ok(d.cuGraphConditionalHandleCreate(g, ctx, default, ASSIGN_DEFAULT))
+                        inner = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, default, ASSIGN_DEFAULT))
                     if filled:
-                        memset_node(d, bodies[0], [], p, 3, 4, ctx)
-                    status = add_conditional(d, bodies[0], inner, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0]
+                        memset_node(d, bodies[0], [], p, 3, 4, env.ctx)
+                    status = add_conditional(d, bodies[0], inner, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])[0]
                     out.append([early, filled, default, status, _instantiate_status(d, g)])
                     d.cuGraphDestroy(g)
-        d.cuMemFree(p)
     return out
 
 
@@ -313,12 +305,12 @@ def conditional_instantiate_twice_and_handle_reuse(d: Any) -> Obs:
     # lives, and again after it is destroyed; a node added and destroyed in between; one handle given
     # to a second conditional node (at the top level and in the node's own body).
     out: Obs = []
-    with Ctx(d) as ctx:
-        p = ok(d.cuMemAlloc(4))
+    with Setup(d) as env:
+        p = env.alloc(4)
         g = ok(d.cuGraphCreate(0))
-        handle = ok(d.cuGraphConditionalHandleCreate(g, ctx, 1, ASSIGN_DEFAULT))
-        _, _, bodies = add_conditional(d, g, handle, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])
-        memset_node(d, bodies[0], [], p, 1, 4, ctx)
+        handle = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 1, ASSIGN_DEFAULT))
+        _, _, bodies = add_conditional(d, g, handle, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
+        memset_node(d, bodies[0], [], p, 1, 4, env.ctx)
         first = ok(d.cuGraphInstantiate(g, 0))
         out.append(["second while the first lives", _instantiate_status(d, g)])
         extra = ok(d.cuGraphAddEmptyNode(g, None, 0))
@@ -327,23 +319,22 @@ def conditional_instantiate_twice_and_handle_reuse(d: Any) -> Obs:
         d.cuGraphExecDestroy(first)
         out.append(["after the first was destroyed", _instantiate_status(d, g)])
         out.append(
-            ["handle again, top level", add_conditional(d, g, handle, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0]]
+            ["handle again, top level", add_conditional(d, g, handle, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])[0]]
         )
         out.append(
             [
                 "handle again, in its body",
-                add_conditional(d, bodies[0], handle, COND.CU_GRAPH_COND_TYPE_IF, 1, ctx, [])[0],
+                add_conditional(d, bodies[0], handle, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])[0],
             ]
         )
         out.append(["nodes", int(d.cuGraphGetNodes(g, 0)[-1]), int(d.cuGraphGetNodes(bodies[0], 0)[-1])])
         plain = ok(d.cuGraphCreate(0))
-        memset_node(d, plain, [], p, 2, 4, ctx)
+        memset_node(d, plain, [], p, 2, 4, env.ctx)
         exe = ok(d.cuGraphInstantiate(plain, 0))
         out.append(["plain graph, second", _instantiate_status(d, plain)])
         d.cuGraphExecDestroy(exe)
         d.cuGraphDestroy(plain)
         d.cuGraphDestroy(g)
-        d.cuMemFree(p)
     return out
 
 
@@ -370,9 +361,9 @@ def capture_conditional_bodies_captured(d: Any) -> Obs:
     # Conditional nodes added during a capture (the handle made on the capture's graph), their bodies
     # captured on other streams with cuStreamBeginCaptureToGraph; then the graph runs.
     out: Obs = []
-    with Ctx(d) as ctx:
-        s, side = ok(d.cuStreamCreate(1)), ok(d.cuStreamCreate(1))
-        p = ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s, side = env.stream(1), env.stream(1)
+        p = env.alloc(8)
         ok(d.cuMemsetD8(p, 0, 8))
         ok(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
         graph = None
@@ -382,7 +373,7 @@ def capture_conditional_bodies_captured(d: Any) -> Obs:
                 (COND.CU_GRAPH_COND_TYPE_IF, 2, 0, 0),
                 (COND.CU_GRAPH_COND_TYPE_SWITCH, 3, 1, 4),
             ):
-                row, bodies = _add_conditional_at_tail(d, s, kind, size, default, ctx)
+                row, bodies = _add_conditional_at_tail(d, s, kind, size, default, env.ctx)
                 for i, body in enumerate(bodies):
                     err = d.cuStreamBeginCaptureToGraph(side, body, None, None, 0, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL)[0]
                     row.append(name(err))
@@ -404,7 +395,4 @@ def capture_conditional_bodies_captured(d: Any) -> Obs:
                 d.cuGraphExecDestroy(exe)
             d.cuGraphDestroy(graph)
         out.append(read_device(d, p, 8))
-        d.cuMemFree(p)
-        d.cuStreamDestroy(s)
-        d.cuStreamDestroy(side)
     return out

@@ -1,4 +1,8 @@
-"""Devices: attributes and names, error strings, what cuda-bindings refuses before the driver, two devices."""
+"""Devices: attributes and names, error strings, what cuda-bindings refuses before the driver, two devices.
+
+What user code asks around cuguard's calls. Relations stand in for values that differ between the
+machines (free memory, total memory, names); values fixed by the architecture (sm_90) are compared.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,9 @@ from cuda.bindings import driver as B
 from cuguard.testing._bindings import ctx_create
 from differential.common import (
     A,
-    Ctx,
     Obs,
     R,
+    Setup,
     name,
     ok,
     scenario,
@@ -174,14 +178,6 @@ def binding_refusals(d: Any) -> Obs:
     return [status_or_raise(call) for call in calls]
 
 
-class Dev1Ctx(Ctx):
-    """A created context on device 1."""
-
-    def __enter__(self) -> Any:
-        self.ctx = ok(ctx_create(self.d, 0, ok(self.d.cuDeviceGet(1))))
-        return self.ctx
-
-
 @two_devices
 def two_devices_primary_contexts_differ(d: Any) -> Obs:
     d0, d1 = ok(d.cuDeviceGet(0)), ok(d.cuDeviceGet(1))
@@ -197,25 +193,20 @@ def two_devices_primary_contexts_differ(d: Any) -> Obs:
 
 @two_devices
 def two_devices_copy_and_cross_wait(d: Any) -> Obs:
-    with Ctx(d) as c0:
-        s0 = ok(d.cuStreamCreate(0))
-        a = ok(d.cuMemAlloc(32))
+    with Setup(d) as env:
+        s0 = env.stream()
+        a = env.alloc(32)
         d.cuMemcpyHtoD(a, bytes(range(32)), 32)
-        ev = ok(d.cuEventCreate(2))
+        ev = env.event(2)
         d.cuEventRecord(ev, s0)
-        with Dev1Ctx(d):
-            s1 = ok(d.cuStreamCreate(0))
-            b = ok(d.cuMemAlloc(32))
+        with Setup(d, device=1) as env1:
+            s1 = env1.stream()
+            b = env1.alloc(32)
             waited = name(d.cuStreamWaitEvent(s1, ev, 0)[0])
             copied = name(d.cuMemcpyDtoDAsync(b, a, 32, s1)[0])
             synced = name(d.cuStreamSynchronize(s1)[0])
             back = bytearray(32)
             d.cuMemcpyDtoH(back, b, 32)
             wrong = name(d.cuEventRecord(ev, s1)[0])  # an event of device 0 on a stream of device 1
-            d.cuMemFree(b)
-            d.cuStreamDestroy(s1)
-        d.cuCtxSetCurrent(c0)
-        d.cuEventDestroy(ev)
-        d.cuMemFree(a)
-        d.cuStreamDestroy(s0)
+        d.cuCtxSetCurrent(env.ctx)
     return [waited, copied, synced, bytes(back) == bytes(range(32)), wrong]

@@ -1,4 +1,4 @@
-"""Graphs and executable graphs."""
+"""Graphs and executable graphs: edges, memory nodes, child graphs, user objects, per-node updates."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from cuda.bindings import driver as B
 
 from cuguard.testing._bindings import add_dependencies, remove_dependencies
 from differential.common import (
-    HOSTFN,
-    Ctx,
+    HostFunction,
     Obs,
+    Setup,
     name,
     ok,
     scenario,
@@ -48,7 +48,7 @@ def graph_edge_cases(d: Any) -> Obs:
         name(add_dependencies(d, g, [b], [a], 1)[0]),
         _edges(d, g),
     ]
-    with Ctx(d):
+    with Setup(d):
         err, _ = d.cuGraphInstantiate(g, 0)
         out.append(name(err))
     out += [name(d.cuGraphDestroy(g)[0]), name(d.cuGraphDestroy(h)[0])]
@@ -84,7 +84,7 @@ def add_node_with_a_bad_dependency_creates_nothing(d: Any) -> Obs:
 
 @scenario
 def graph_with_memory_nodes_is_frozen(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         g, (a, b) = _graph_with(d, 2)
         add_dependencies(d, g, [a], [b], 1)
         params = B.CUDA_MEM_ALLOC_NODE_PARAMS()
@@ -114,7 +114,7 @@ def _alloc_params(size: int) -> Any:
 @scenario
 def child_graph_with_memory_nodes(d: Any) -> Obs:
     # May a graph holding memory nodes be embedded as a child graph?
-    with Ctx(d):
+    with Setup(d):
         child = ok(d.cuGraphCreate(0))
         params = _alloc_params(256)
         alloc = ok(d.cuGraphAddMemAllocNode(child, None, 0, params))
@@ -130,7 +130,7 @@ def child_graph_with_memory_nodes(d: Any) -> Obs:
 @scenario
 def update_with_a_changed_child_graph_layout(d: Any) -> Obs:
     # An executable graph whose child graph gains a node: is the update refused, and how?
-    with Ctx(d):
+    with Setup(d):
         outs: list[Any] = []
         parents = []
         for n in (1, 2):
@@ -154,17 +154,16 @@ def update_with_a_changed_child_graph_layout(d: Any) -> Obs:
 
 @scenario
 def graph_exec_outlives_graph(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d) as env:
         g, nodes = _graph_with(d, 2)
         add_dependencies(d, g, [nodes[0]], [nodes[1]], 1)
         clone = ok(d.cuGraphClone(g))
         exe = ok(d.cuGraphInstantiate(g, 0))
-        s = ok(d.cuStreamCreate(0))
+        s = env.stream()
         out = [name(d.cuGraphDestroy(g)[0]), name(d.cuGraphLaunch(exe, s)[0]), name(d.cuStreamSynchronize(s)[0])]
         out.append(int(d.cuGraphGetNodes(clone, 0)[-1]))
         out.append(name(d.cuGraphExecDestroy(exe)[0]))
         d.cuGraphDestroy(clone)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -180,10 +179,9 @@ def graph_without_context(d: Any) -> Obs:
 @scenario
 def user_object_destructor_timing(d: Any) -> Obs:
     calls: list[str] = []
-    thunk = HOSTFN(lambda _p: calls.append("destroyed"))
-    address = ctypes.cast(thunk, ctypes.c_void_p).value
-    with Ctx(d):
-        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(address), 1, 1))
+    destructor = HostFunction(lambda _p: calls.append("destroyed"))
+    with Setup(d):
+        obj = ok(d.cuUserObjectCreate(0, destructor.handle, 1, 1))
         g, _ = _graph_with(d, 1)
         d.cuGraphRetainUserObject(g, obj, 1, 1)  # move our reference into the graph
         exe = ok(d.cuGraphInstantiate(g, 0))
@@ -208,27 +206,26 @@ def _user_object_in_flight(d: Any, host_node: bool) -> Obs:
     calls: list[str] = []
     gate = threading.Event()
     seen: list[int] = []
-    thunk = HOSTFN(lambda _p: calls.append("destroyed"))
+    destructor = HostFunction(lambda _p: calls.append("destroyed"))
 
     def wait_then_look(_p: Any) -> None:
         gate.wait(10)
         seen.append(len(calls))
 
-    blocker = HOSTFN(wait_then_look)
-    blocker_fn = B.CUhostFn(ctypes.cast(blocker, ctypes.c_void_p).value)
+    blocker = HostFunction(wait_then_look)
     out: Obs = []
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        obj = ok(d.cuUserObjectCreate(0, B.CUhostFn(ctypes.cast(thunk, ctypes.c_void_p).value), 1, 1))
+    with Setup(d) as env:
+        s = env.stream()
+        obj = ok(d.cuUserObjectCreate(0, destructor.handle, 1, 1))
         g = ok(d.cuGraphCreate(0))
         if host_node:
             params = B.CUDA_HOST_NODE_PARAMS()
-            params.fn = blocker_fn
+            params.fn = blocker.handle
             params.userData = 0
             ok(d.cuGraphAddHostNode(g, None, 0, params))
         else:
             ok(d.cuGraphAddEmptyNode(g, None, 0))
-            out.append(name(d.cuLaunchHostFunc(s, blocker_fn, 0)[0]))
+            out.append(name(d.cuLaunchHostFunc(s, blocker.handle, 0)[0]))
         d.cuGraphRetainUserObject(g, obj, 1, 1)  # move our reference into the graph
         exe = ok(d.cuGraphInstantiate(g, 0))
         d.cuGraphDestroy(g)
@@ -242,7 +239,6 @@ def _user_object_in_flight(d: Any, host_node: bool) -> Obs:
         while not calls and time.monotonic() < deadline:
             time.sleep(0.01)
         out.append(len(calls))
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -261,25 +257,25 @@ def exec_node_updates_and_enabling(d: Any) -> Obs:
     # Per-node updates of an executable graph and their refusals, then disabling a node and a
     # whole-graph update from a clone while it is disabled.
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(0))
-        a, b = ok(d.cuMemAlloc(8)), ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s = env.stream()
+        a, b = env.alloc(8), env.alloc(8)
         ok(d.cuMemsetD8(a, 0, 8))
         ok(d.cuMemsetD8(b, 0, 8))
         g = ok(d.cuGraphCreate(0))
-        m = memset_node(d, g, [], a, 1, 8, ctx)
+        m = memset_node(d, g, [], a, 1, 8, env.ctx)
         e = ok(d.cuGraphAddEmptyNode(g, [m], 1))
         other = ok(d.cuGraphCreate(0))
-        foreign = memset_node(d, other, [], b, 1, 8, ctx)
+        foreign = memset_node(d, other, [], b, 1, 8, env.ctx)
         exe = ok(d.cuGraphInstantiate(g, 0))
         p = B.CUDA_MEMSET_NODE_PARAMS()
         p.dst, p.value, p.elementSize, p.width, p.height, p.pitch = b, 5, 1, 8, 1, 0
-        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, m, p, ctx)[0]))
-        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, foreign, p, ctx)[0]))
-        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, e, p, ctx)[0]))
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, m, p, env.ctx)[0]))
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, foreign, p, env.ctx)[0]))
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, e, p, env.ctx)[0]))
         p2 = B.CUDA_MEMSET_NODE_PARAMS()
         p2.dst, p2.value, p2.elementSize, p2.width, p2.height, p2.pitch = b, 6, 1, 4, 2, 4
-        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, m, p2, ctx)[0]))  # two-dimensional
+        out.append(name(d.cuGraphExecMemsetNodeSetParams(exe, m, p2, env.ctx)[0]))  # two-dimensional
         out += [
             name(d.cuGraphLaunch(exe, s)[0]),
             name(d.cuStreamSynchronize(s)[0]),
@@ -307,9 +303,6 @@ def exec_node_updates_and_enabling(d: Any) -> Obs:
         d.cuGraphExecDestroy(exe)
         for graph in (copy, g, other):
             d.cuGraphDestroy(graph)
-        d.cuMemFree(a)
-        d.cuMemFree(b)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -318,9 +311,9 @@ def exec_copy_and_child_updates(d: Any) -> Obs:
     # A memcpy update that changes a memory type, and child-graph updates of another topology
     # and of the same one.
     out: Obs = []
-    with Ctx(d) as ctx:
-        s = ok(d.cuStreamCreate(0))
-        a, b = ok(d.cuMemAlloc(8)), ok(d.cuMemAlloc(8))
+    with Setup(d) as env:
+        s = env.stream()
+        a, b = env.alloc(8), env.alloc(8)
         ok(d.cuMemsetD8(a, 3, 8))
         ok(d.cuMemsetD8(b, 0, 8))
         g = ok(d.cuGraphCreate(0))
@@ -328,9 +321,9 @@ def exec_copy_and_child_updates(d: Any) -> Obs:
         cp.srcMemoryType = cp.dstMemoryType = B.CUmemorytype.CU_MEMORYTYPE_DEVICE
         cp.srcDevice, cp.dstDevice = a, b
         cp.WidthInBytes, cp.Height, cp.Depth = 8, 1, 1
-        copy_node = ok(d.cuGraphAddMemcpyNode(g, None, 0, cp, ctx))
+        copy_node = ok(d.cuGraphAddMemcpyNode(g, None, 0, cp, env.ctx))
         child = ok(d.cuGraphCreate(0))
-        memset_node(d, child, [], a, 1, 8, ctx)
+        memset_node(d, child, [], a, 1, 8, env.ctx)
         child_node = ok(d.cuGraphAddChildGraphNode(g, [copy_node], 1, child))
         exe = ok(d.cuGraphInstantiate(g, 0))
         host = (ctypes.c_char * 8)()
@@ -340,20 +333,17 @@ def exec_copy_and_child_updates(d: Any) -> Obs:
         to_host.srcDevice = a
         to_host.dstHost = ctypes.addressof(host)
         to_host.WidthInBytes, to_host.Height, to_host.Depth = 8, 1, 1
-        out.append(name(d.cuGraphExecMemcpyNodeSetParams(exe, copy_node, to_host, ctx)[0]))
+        out.append(name(d.cuGraphExecMemcpyNodeSetParams(exe, copy_node, to_host, env.ctx)[0]))
         bigger = ok(d.cuGraphCreate(0))
-        first = memset_node(d, bigger, [], a, 2, 8, ctx)
-        memset_node(d, bigger, [first], a, 2, 8, ctx)
+        first = memset_node(d, bigger, [], a, 2, 8, env.ctx)
+        memset_node(d, bigger, [first], a, 2, 8, env.ctx)
         out.append(name(d.cuGraphExecChildGraphNodeSetParams(exe, child_node, bigger)[0]))
         same = ok(d.cuGraphCreate(0))
-        memset_node(d, same, [], a, 9, 8, ctx)
+        memset_node(d, same, [], a, 9, 8, env.ctx)
         out.append(name(d.cuGraphExecChildGraphNodeSetParams(exe, child_node, same)[0]))
         out += launch_and_wait(d, exe, s)
         out += [read_device(d, a, 8), read_device(d, b, 8)]
         d.cuGraphExecDestroy(exe)
         for graph in (g, child, bigger, same):
             d.cuGraphDestroy(graph)
-        d.cuMemFree(a)
-        d.cuMemFree(b)
-        d.cuStreamDestroy(s)
     return out

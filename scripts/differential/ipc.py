@@ -1,8 +1,11 @@
-"""Interprocess sharing of pools, pool memory and events."""
+"""Interprocess sharing: shareable pools, exported pool memory and IPC events.
+
+The edge cases the IPC objects depend on, and those the simulator assumes (tests/test_sim_pools.py
+in packages/testing names them).
+"""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from typing import Any
@@ -11,9 +14,9 @@ from cuda.bindings import driver as B
 
 from cuguard.testing._bindings import ctx_create
 from differential.common import (
-    HOSTFN,
-    Ctx,
+    HostFunction,
     Obs,
+    Setup,
     must,
     name,
     ok,
@@ -24,8 +27,8 @@ from differential.pools import POOL_FD, pool_props
 
 @scenario
 def pool_export_refusals(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         plain = ok(d.cuMemPoolCreate(pool_props()))
         out: Obs = [name(d.cuMemPoolExportToShareableHandle(plain, POOL_FD, 0)[0])]
         p = ok(d.cuMemAllocFromPoolAsync(64, plain, s))
@@ -47,15 +50,14 @@ def pool_export_refusals(d: Any) -> Obs:
         d.cuMemFreeAsync(r, s)
         d.cuStreamSynchronize(s)
         out.append(name(d.cuMemPoolDestroy(shared)[0]))
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def pool_ipc_same_process(d: Any) -> Obs:
     """A shareable pool imported by the process that exported it (the simulator allows it)."""
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         shared = ok(d.cuMemPoolCreate(pool_props(shareable=True)))
         p = ok(d.cuMemAllocFromPoolAsync(64, shared, s))
         d.cuMemsetD8Async(p, 0x5C, 64, s)
@@ -76,16 +78,15 @@ def pool_ipc_same_process(d: Any) -> Obs:
         d.cuMemFreeAsync(p, s)
         d.cuStreamSynchronize(s)
         out.append(name(d.cuMemPoolDestroy(shared)[0]))
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def ipc_event_refusals(d: Any) -> Obs:
-    with Ctx(d):
-        plain = ok(d.cuEventCreate(2))
+    with Setup(d) as env:
+        plain = env.event(2)
         out: Obs = [name(d.cuIpcGetEventHandle(plain)[0]), name(d.cuEventCreate(4)[0])]
-        shared = ok(d.cuEventCreate(2 | 4))
+        shared = env.event(2 | 4)
         err, handle = d.cuIpcGetEventHandle(shared)
         out.append(name(err))
         if not err:
@@ -93,8 +94,6 @@ def ipc_event_refusals(d: Any) -> Obs:
             out.append(name(err2))  # opened in the process that exported it
             if not err2:
                 d.cuEventDestroy(opened)
-        d.cuEventDestroy(shared)
-        d.cuEventDestroy(plain)
     return out
 
 
@@ -106,58 +105,49 @@ def ipc_event_handle_context(d: Any) -> Obs:
     process died of SIGSEGV in both (the simulator raises SimulatedCrash, test_sim_pools checks
     it; cuguard always asks in the event's context).
     """
-    dev = ok(d.cuDeviceGet(0))
-    primary = ok(d.cuDevicePrimaryCtxRetain(dev))
-    must(d.cuCtxSetCurrent(primary))
-    ev = ok(d.cuEventCreate(2 | 4))
-    must(d.cuCtxSetCurrent(B.CUcontext(0)))
     out: Obs = []
-    other = ok(ctx_create(d, 0, dev))  # current now; the event's context is made current before asking
-    must(d.cuCtxSetCurrent(primary))
-    out.append(name(d.cuIpcGetEventHandle(ev)[0]))
-    out.append(name(d.cuEventDestroy(ev)[0]))
-    d.cuCtxSetCurrent(B.CUcontext(0))
-    d.cuCtxDestroy(other)
-    d.cuCtxSetCurrent(B.CUcontext(0))
-    d.cuDevicePrimaryCtxRelease(dev)
+    with Setup(d, primary=True) as env:
+        ev = ok(d.cuEventCreate(2 | 4))
+        must(d.cuCtxSetCurrent(B.CUcontext(0)))
+        other = ok(ctx_create(d, 0, env.dev))  # current now; the event's context is made current before asking
+        must(d.cuCtxSetCurrent(env.ctx))
+        out.append(name(d.cuIpcGetEventHandle(ev)[0]))
+        out.append(name(d.cuEventDestroy(ev)[0]))
+        d.cuCtxSetCurrent(B.CUcontext(0))
+        d.cuCtxDestroy(other)
     return out
 
 
 @scenario
 def pool_ipc_without_context(d: Any) -> Obs:
     """The pool IPC calls with no context current: export of the pool and of a pointer, the imports."""
-    dev = ok(d.cuDeviceGet(0))
-    primary = ok(d.cuDevicePrimaryCtxRetain(dev))
-    must(d.cuCtxSetCurrent(primary))
-    s = ok(d.cuStreamCreate(0))
-    pool = ok(d.cuMemPoolCreate(pool_props(shareable=True)))
-    p = ok(d.cuMemAllocFromPoolAsync(4096, pool, s))
-    must(d.cuStreamSynchronize(s))
-    must(d.cuCtxSetCurrent(B.CUcontext(0)))
-    err, fd = d.cuMemPoolExportToShareableHandle(pool, POOL_FD, 0)
-    out: Obs = [name(err)]
-    err, data = d.cuMemPoolExportPointer(p)
-    out.append(name(err))
-    imported = None
-    if out[0] == "CUDA_SUCCESS":
-        err, imported = d.cuMemPoolImportFromShareableHandle(int(fd), POOL_FD, 0)
+    with Setup(d, primary=True) as env:
+        s = env.stream()
+        pool = ok(d.cuMemPoolCreate(pool_props(shareable=True)))
+        p = ok(d.cuMemAllocFromPoolAsync(4096, pool, s))
+        must(d.cuStreamSynchronize(s))
+        must(d.cuCtxSetCurrent(B.CUcontext(0)))
+        err, fd = d.cuMemPoolExportToShareableHandle(pool, POOL_FD, 0)
+        out: Obs = [name(err)]
+        err, data = d.cuMemPoolExportPointer(p)
         out.append(name(err))
-        os.close(int(fd))
-        if not err and data is not None:
-            err, q = d.cuMemPoolImportPointer(imported, data)
+        imported = None
+        if out[0] == "CUDA_SUCCESS":
+            err, imported = d.cuMemPoolImportFromShareableHandle(int(fd), POOL_FD, 0)
             out.append(name(err))
-            if not err:
-                must(d.cuCtxSetCurrent(primary))
-                out.append(name(d.cuMemFree(q)[0]))
-    must(d.cuCtxSetCurrent(primary))
-    if imported is not None and int(imported):
-        out.append(name(d.cuMemPoolDestroy(imported)[0]))
-    d.cuMemFreeAsync(p, s)
-    d.cuStreamSynchronize(s)
-    out.append(name(d.cuMemPoolDestroy(pool)[0]))
-    d.cuStreamDestroy(s)
-    d.cuCtxSetCurrent(B.CUcontext(0))
-    d.cuDevicePrimaryCtxRelease(dev)
+            os.close(int(fd))
+            if not err and data is not None:
+                err, q = d.cuMemPoolImportPointer(imported, data)
+                out.append(name(err))
+                if not err:
+                    must(d.cuCtxSetCurrent(env.ctx))
+                    out.append(name(d.cuMemFree(q)[0]))
+        must(d.cuCtxSetCurrent(env.ctx))
+        if imported is not None and int(imported):
+            out.append(name(d.cuMemPoolDestroy(imported)[0]))
+        d.cuMemFreeAsync(p, s)
+        d.cuStreamSynchronize(s)
+        out.append(name(d.cuMemPoolDestroy(pool)[0]))
     return out
 
 
@@ -171,41 +161,35 @@ def pool_export_pointer_readiness(d: Any) -> Obs:
     after the gate opens and the stream is synchronized.
     """
     gate = threading.Event()
-    blocker = HOSTFN(lambda _p: gate.wait(10) and None)
-    blocker_fn = B.CUhostFn(ctypes.cast(blocker, ctypes.c_void_p).value)
-    dev = ok(d.cuDeviceGet(0))
-    primary = ok(d.cuDevicePrimaryCtxRetain(dev))
-    must(d.cuCtxSetCurrent(primary))
-    s = ok(d.cuStreamCreate(0))
-    pool = ok(d.cuMemPoolCreate(pool_props(shareable=True)))
+    blocker = HostFunction(lambda _p: gate.wait(10) and None)
     out: Obs = []
+    with Setup(d, primary=True) as env:
+        s = env.stream()
+        pool = ok(d.cuMemPoolCreate(pool_props(shareable=True)))
 
-    def export(p: Any, current: bool) -> str:
-        must(d.cuCtxSetCurrent(primary if current else B.CUcontext(0)))
-        status = name(d.cuMemPoolExportPointer(p)[0])
-        must(d.cuCtxSetCurrent(primary))
-        return status
+        def export(p: Any, current: bool) -> str:
+            must(d.cuCtxSetCurrent(env.ctx if current else B.CUcontext(0)))
+            status = name(d.cuMemPoolExportPointer(p)[0])
+            must(d.cuCtxSetCurrent(env.ctx))
+            return status
 
-    for size in (128, 2 << 20):
-        for current in (True, False):
-            p = ok(d.cuMemAllocFromPoolAsync(size, pool, s))
-            out.append(export(p, current))
-            must(d.cuStreamSynchronize(s))
-            out.append(export(p, current))
-            gate.clear()
-            must(d.cuLaunchHostFunc(s, blocker_fn, 0))
-            q = ok(d.cuMemAllocFromPoolAsync(size, pool, s))
-            out.append(export(q, current))
-            gate.set()
-            must(d.cuStreamSynchronize(s))
-            out.append(export(q, current))
-            for r in (p, q):
-                d.cuMemFreeAsync(r, s)
-            must(d.cuStreamSynchronize(s))
-    out.append(name(d.cuMemPoolDestroy(pool)[0]))
-    d.cuStreamDestroy(s)
-    d.cuCtxSetCurrent(B.CUcontext(0))
-    d.cuDevicePrimaryCtxRelease(dev)
+        for size in (128, 2 << 20):
+            for current in (True, False):
+                p = ok(d.cuMemAllocFromPoolAsync(size, pool, s))
+                out.append(export(p, current))
+                must(d.cuStreamSynchronize(s))
+                out.append(export(p, current))
+                gate.clear()
+                must(d.cuLaunchHostFunc(s, blocker.handle, 0))
+                q = ok(d.cuMemAllocFromPoolAsync(size, pool, s))
+                out.append(export(q, current))
+                gate.set()
+                must(d.cuStreamSynchronize(s))
+                out.append(export(q, current))
+                for r in (p, q):
+                    d.cuMemFreeAsync(r, s)
+                must(d.cuStreamSynchronize(s))
+        out.append(name(d.cuMemPoolDestroy(pool)[0]))
     return out
 
 
@@ -219,11 +203,10 @@ def pool_export_pointer_after_pool_export(d: Any) -> Obs:
     a wait, exported at once.
     """
     gate = threading.Event()
-    blocker = HOSTFN(lambda _p: gate.wait(10) and None)
-    blocker_fn = B.CUhostFn(ctypes.cast(blocker, ctypes.c_void_p).value)
+    blocker = HostFunction(lambda _p: gate.wait(10) and None)
     out: Obs = []
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         pool = ok(d.cuMemPoolCreate(pool_props(shareable=True)))
         err, fd = d.cuMemPoolExportToShareableHandle(pool, POOL_FD, 0)
         out.append(name(err))
@@ -231,7 +214,7 @@ def pool_export_pointer_after_pool_export(d: Any) -> Obs:
             os.close(int(fd))
         for size in (128, 2 << 20):
             gate.clear()
-            must(d.cuLaunchHostFunc(s, blocker_fn, 0))
+            must(d.cuLaunchHostFunc(s, blocker.handle, 0))
             p = ok(d.cuMemAllocFromPoolAsync(size, pool, s))
             out.append(name(d.cuMemPoolExportPointer(p)[0]))
             gate.set()
@@ -244,5 +227,4 @@ def pool_export_pointer_after_pool_export(d: Any) -> Obs:
             must(d.cuStreamSynchronize(s))
             must(d.cuCtxSynchronize())
         out.append(name(d.cuMemPoolDestroy(pool)[0]))
-        d.cuStreamDestroy(s)
     return out

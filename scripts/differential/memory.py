@@ -1,4 +1,8 @@
-"""Memory: device, pinned, host and stream-ordered allocations at their edges, copies and memsets."""
+"""Memory: device, pinned, host and stream-ordered allocations at their edges, copies and memsets.
+
+What each allocation argument does at its edges; relations stand in for values that differ
+between the machines (free and total memory).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,8 @@ from typing import Any
 from cuda.bindings import driver as B
 
 from differential.common import (
-    Ctx,
     Obs,
+    Setup,
     name,
     ok,
     release_if,
@@ -19,7 +23,7 @@ from differential.common import (
 
 @scenario
 def mem_alloc_cases(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         out = [name(d.cuMemAlloc(0)[0]), name(d.cuMemAlloc(1 << 50)[0])]
         p = ok(d.cuMemAlloc(64))
         out += [name(d.cuMemFree(p)[0]), name(d.cuMemFree(p)[0])]
@@ -28,27 +32,25 @@ def mem_alloc_cases(d: Any) -> Obs:
 
 @scenario
 def mem_async_cases(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         err0, _ = d.cuMemAllocAsync(0, s)
         out = [name(err0), name(d.cuMemAllocAsync(1 << 50, s)[0])]
         p = ok(d.cuMemAllocAsync(64, s))
-        with Ctx(d):
-            s2 = ok(d.cuStreamCreate(0))
+        with Setup(d) as other:
+            s2 = other.stream()
             out.append(name(d.cuMemFreeAsync(p, s2)[0]))
             d.cuStreamSynchronize(s2)
-            d.cuStreamDestroy(s2)
         d.cuStreamSynchronize(s)
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def alloc_async_needs_only_the_stream(d: Any) -> Obs:
     out: Obs = []
-    with Ctx(d) as a:
-        s = ok(d.cuStreamCreate(0))
-        with Ctx(d):
+    with Setup(d) as env:
+        s = env.stream()
+        with Setup(d):
             p = ok(d.cuMemAllocAsync(64, s))  # another context is current
             out.append(name(d.cuMemsetD8Async(p, 5, 64, s)[0]))
             out.append(name(d.cuMemFreeAsync(p, s)[0]))
@@ -57,15 +59,14 @@ def alloc_async_needs_only_the_stream(d: Any) -> Obs:
         out.append(name(err))
         if not err:
             out.append(name(d.cuMemFreeAsync(p2, s)[0]))
-        d.cuCtxSetCurrent(a)
+        d.cuCtxSetCurrent(env.ctx)
         out.append(name(d.cuStreamSynchronize(s)[0]))
-        d.cuStreamDestroy(s)
     return out
 
 
 @scenario
 def memcpy_round_trip_and_freed(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         p = ok(d.cuMemAlloc(16))
         src = bytes(range(16))
         d.cuMemcpyHtoD(p, src, 16)
@@ -79,7 +80,7 @@ def memcpy_round_trip_and_freed(d: Any) -> Obs:
 
 @scenario
 def pinned_memory_round_trip(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         host = ok(d.cuMemHostAlloc(32, 0))
         ctypes.memmove(int(host), bytes(range(32)), 32)
         p = ok(d.cuMemAlloc(32))
@@ -99,19 +100,18 @@ def pinned_memory_round_trip(d: Any) -> Obs:
 def memory_info_relations(d: Any) -> Obs:
     d.cuCtxSetCurrent(B.CUcontext(0))
     out: Obs = [name(d.cuMemGetInfo()[0])]  # no current context
-    with Ctx(d):
+    with Setup(d) as env:
         free, total = ok(d.cuMemGetInfo())
         out += [0 < int(free) <= int(total), int(total) == int(ok(d.cuDeviceTotalMem(ok(d.cuDeviceGet(0)))))]
-        p = ok(d.cuMemAlloc(64 << 20))
+        env.alloc(64 << 20)
         after, _ = ok(d.cuMemGetInfo())
         out.append(int(after) < int(free))
-        d.cuMemFree(p)
     return out
 
 
 @scenario
 def device_allocation_edges(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         total = int(ok(d.cuDeviceTotalMem(ok(d.cuDeviceGet(0)))))
         out: Obs = [
             release_if(d, d.cuMemAlloc(0), "cuMemFree"),
@@ -136,16 +136,15 @@ def device_allocation_edges(d: Any) -> Obs:
 
 @scenario
 def stream_ordered_allocation_edges(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d) as env:
         total = int(ok(d.cuDeviceTotalMem(ok(d.cuDeviceGet(0)))))
-        s = ok(d.cuStreamCreate(0))
+        s = env.stream()
         err, zero = d.cuMemAllocAsync(0, s)
         out: Obs = [name(err), int(zero) == 0]
         out.append(name(d.cuMemFreeAsync(zero, s)[0]))
         out.append(release_if(d, d.cuMemAllocAsync(total + 1, s), "cuMemFree"))
         out.append(name(d.cuMemFreeAsync(B.CUdeviceptr(0), s)[0]))
         out.append(name(d.cuStreamSynchronize(s)[0]))
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -153,7 +152,7 @@ def stream_ordered_allocation_edges(d: Any) -> Obs:
 def host_allocation_edges(d: Any) -> Obs:
     d.cuCtxSetCurrent(B.CUcontext(0))
     out: Obs = [release_if(d, d.cuMemAllocHost(64), "cuMemFreeHost")]  # no current context
-    with Ctx(d):
+    with Setup(d):
         for result in (d.cuMemAllocHost(0), d.cuMemHostAlloc(0, 0)):
             out += [name(result[0]), result[1] is not None and int(result[1]) == 0]
             release_if(d, result, "cuMemFreeHost")
@@ -167,9 +166,9 @@ def host_allocation_edges(d: Any) -> Obs:
 
 @scenario
 def zero_byte_memset_and_copy(d: Any) -> Obs:
-    with Ctx(d):
-        p = ok(d.cuMemAlloc(64))
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        p = env.alloc(64)
+        s = env.stream()
         out: Obs = [
             name(d.cuMemsetD8(p, 1, 0)[0]),
             name(d.cuMemsetD16(p, 1, 0)[0]),
@@ -181,6 +180,4 @@ def zero_byte_memset_and_copy(d: Any) -> Obs:
             name(d.cuMemcpyHtoDAsync(p, b"", 0, s)[0]),
         ]
         d.cuStreamSynchronize(s)
-        d.cuStreamDestroy(s)
-        d.cuMemFree(p)
     return out

@@ -8,8 +8,8 @@ from cuda.bindings import driver as B
 
 from differential.common import (
     PTX,
-    Ctx,
     Obs,
+    Setup,
     name,
     ok,
     scenario,
@@ -20,7 +20,7 @@ FA = B.CUfunction_attribute
 
 @scenario
 def module_cases(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         garbage = name(d.cuModuleLoadData(b"\x7fELF garbage\x00")[0])
         mod = ok(d.cuModuleLoadData(PTX))
         missing = name(d.cuModuleGetFunction(mod, b"nope")[0])
@@ -55,9 +55,8 @@ def function_attributes(d: Any) -> Obs:
     def attribute(key: str) -> Any:
         return getattr(FA, "CU_FUNC_ATTRIBUTE_" + key)
 
-    with Ctx(d) as ctx:
-        mod = ok(d.cuModuleLoadData(PTX))
-        fn = ok(d.cuModuleGetFunction(mod, b"empty"))
+    with Setup(d) as env:
+        fn = env.kernel()
         out: Obs = [[key, int(ok(d.cuFuncGetAttribute(attribute(key), fn)))] for key in keys]
         out.append(name(d.cuFuncGetAttribute(999, fn)[0]))
         for key, value in (
@@ -79,8 +78,7 @@ def function_attributes(d: Any) -> Obs:
         out.append(name(d.cuFuncSetAttribute(fn, 999, 0)[0]))
         d.cuCtxSetCurrent(B.CUcontext(0))
         out.append(name(d.cuFuncGetAttribute(attribute("MAX_THREADS_PER_BLOCK"), fn)[0]))  # no current context
-        d.cuCtxSetCurrent(ctx)
-        d.cuModuleUnload(mod)
+        d.cuCtxSetCurrent(env.ctx)
     return out
 
 
@@ -109,12 +107,11 @@ def _ex_config(stream: Any, attributes: list[tuple[str, int]]) -> Any:
 def launch_priority_and_programmatic_serialization(d: Any) -> Obs:
     """Launch attributes of cuLaunchKernelEx: priorities in and out of the stream priority range, PDL."""
     out: Obs = []
-    with Ctx(d):
+    with Setup(d) as env:
         least, greatest = ok(d.cuCtxGetStreamPriorityRange())
         out.append([int(least), int(greatest)])
-        mod = ok(d.cuModuleLoadData(PTX))
-        fn = ok(d.cuModuleGetFunction(mod, b"empty"))
-        s = ok(d.cuStreamCreate(0))
+        fn = env.kernel()
+        s = env.stream()
         for attributes in (
             [("PRIORITY", int(greatest))],
             [("PRIORITY", int(least))],
@@ -127,6 +124,4 @@ def launch_priority_and_programmatic_serialization(d: Any) -> Obs:
         ):
             out.append(name(d.cuLaunchKernelEx(_ex_config(s, attributes), fn, 0, 0)[0]))
         out.append(name(d.cuStreamSynchronize(s)[0]))
-        d.cuStreamDestroy(s)
-        d.cuModuleUnload(mod)
     return out

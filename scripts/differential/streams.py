@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from typing import Any
 
 from cuda.bindings import driver as B
 
 from differential.common import (
-    HOSTFN,
-    Ctx,
+    HostFunction,
     Obs,
     R,
+    Setup,
     name,
     ok,
     release_if,
@@ -28,12 +27,12 @@ def stream_without_context(d: Any) -> Obs:
 
 @scenario
 def stream_destroy_from_elsewhere(d: Any) -> Obs:
-    with Ctx(d) as a:
+    with Setup(d) as env:
         s1 = ok(d.cuStreamCreate(0))
         s2 = ok(d.cuStreamCreate(1))
         flags = int(ok(d.cuStreamGetFlags(s2)))
-        same = int(ok(d.cuStreamGetCtx(s1))) == int(a)
-        with Ctx(d):
+        same = int(ok(d.cuStreamGetCtx(s1))) == int(env.ctx)
+        with Setup(d):
             other = name(d.cuStreamDestroy(s1)[0])
         d.cuCtxSetCurrent(B.CUcontext(0))
         none = name(d.cuStreamDestroy(s2)[0])
@@ -42,32 +41,26 @@ def stream_destroy_from_elsewhere(d: Any) -> Obs:
 
 @scenario
 def event_record_cross_context(d: Any) -> Obs:
-    with Ctx(d) as a:
-        ev = ok(d.cuEventCreate(0))
-        with Ctx(d):
-            s = ok(d.cuStreamCreate(0))
-            status = name(d.cuEventRecord(ev, s)[0])
-            d.cuStreamDestroy(s)
-        d.cuCtxSetCurrent(a)
-        d.cuEventDestroy(ev)
+    with Setup(d) as env:
+        ev = env.event()
+        with Setup(d) as other:
+            status = name(d.cuEventRecord(ev, other.stream())[0])
+        d.cuCtxSetCurrent(env.ctx)
     return [status]
 
 
 @scenario
 def event_elapsed_cases(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        e1, e2 = ok(d.cuEventCreate(0)), ok(d.cuEventCreate(0))
-        quiet = ok(d.cuEventCreate(2))
+    with Setup(d) as env:
+        s = env.stream()
+        e1, e2 = env.event(), env.event()
+        quiet = env.event(2)
         out = [name(d.cuEventElapsedTime(e1, e2)[0]), name(d.cuEventQuery(e1)[0])]
         d.cuEventRecord(e1, s)
         d.cuEventRecord(e2, s)
         d.cuEventRecord(quiet, s)
         d.cuEventSynchronize(e2)
         out += [name(d.cuEventElapsedTime(e1, e2)[0]), name(d.cuEventElapsedTime(e1, quiet)[0])]
-        for e in (e1, e2, quiet):
-            d.cuEventDestroy(e)
-        d.cuStreamDestroy(s)
     return out
 
 
@@ -75,7 +68,7 @@ def event_elapsed_cases(d: Any) -> Obs:
 def stream_flags_and_priorities(d: Any) -> Obs:
     d.cuCtxSetCurrent(B.CUcontext(0))
     out: Obs = [name(d.cuCtxGetStreamPriorityRange()[0])]  # no current context
-    with Ctx(d):
+    with Setup(d):
         out.append(list(ok(d.cuCtxGetStreamPriorityRange())))
         for flags in (2, 3, 0x80000000):
             out.append(release_if(d, d.cuStreamCreate(flags), "cuStreamDestroy"))
@@ -95,7 +88,7 @@ def stream_flags_and_priorities(d: Any) -> Obs:
 def event_flags(d: Any) -> Obs:
     d.cuCtxSetCurrent(B.CUcontext(0))
     out: Obs = [release_if(d, d.cuEventCreate(0), "cuEventDestroy")]  # no current context
-    with Ctx(d):
+    with Setup(d):
         for flags in (0, 1, 2, 3, 4, 5, 6, 7, 8, 0x10, 0x100, 0x80000000):
             out.append(release_if(d, d.cuEventCreate(flags), "cuEventDestroy"))
     return out
@@ -105,13 +98,11 @@ def event_flags(d: Any) -> Obs:
 def host_func_runs_on_another_thread(d: Any) -> Obs:
     seen: list[bool] = []
     me = threading.get_ident()
-    thunk = HOSTFN(lambda _p: seen.append(threading.get_ident() != me))
-    address = ctypes.cast(thunk, ctypes.c_void_p).value
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        status = name(d.cuLaunchHostFunc(s, B.CUhostFn(address), 0)[0])
+    fn = HostFunction(lambda _p: seen.append(threading.get_ident() != me))
+    with Setup(d) as env:
+        s = env.stream()
+        status = name(d.cuLaunchHostFunc(s, fn.handle, 0)[0])
         d.cuStreamSynchronize(s)
-        d.cuStreamDestroy(s)
     return [status, seen]
 
 
@@ -125,11 +116,9 @@ def driver_calls_inside_a_host_function_are_refused(d: Any) -> Obs:
         seen.append(name(d.cuStreamQuery(B.CUstream(0))[0]))
         seen.append(name(d.cuGetErrorName(R.CUDA_ERROR_INVALID_VALUE)[0]))
 
-    thunk = HOSTFN(inside)
-    address = ctypes.cast(thunk, ctypes.c_void_p).value
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
-        status = name(d.cuLaunchHostFunc(s, B.CUhostFn(address), 0)[0])
+    fn = HostFunction(inside)
+    with Setup(d) as env:
+        s = env.stream()
+        status = name(d.cuLaunchHostFunc(s, fn.handle, 0)[0])
         d.cuStreamSynchronize(s)
-        d.cuStreamDestroy(s)
     return [status, seen]

@@ -1,4 +1,8 @@
-"""Virtual memory management and managed memory."""
+"""Virtual memory management and managed memory.
+
+The edge cases VirtualMemoryResource and ManagedMemoryResource depend on, and those the simulator
+assumes (tests/test_sim_vmm.py in packages/testing names them).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ from cuda.bindings import driver as B
 from cuguard.testing._bindings import BINDINGS_MAJOR
 from differential.common import (
     A,
-    Ctx,
     Obs,
+    Setup,
     device_location,
     mem_location,
     must,
@@ -65,7 +69,7 @@ def _drop_range(d: Any, va: Any, handle: Any, size: int) -> list[str]:
 
 @scenario
 def vmm_granularity(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         flags = B.CUmemAllocationGranularity_flags
         minimum = d.cuMemGetAllocationGranularity(_vmm_prop(), flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)
         recommended = d.cuMemGetAllocationGranularity(_vmm_prop(), flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
@@ -98,7 +102,7 @@ def vmm_without_context(d: Any) -> Obs:
 
 @scenario
 def vmm_unaligned_sizes(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         g = int(ok(d.cuMemGetAllocationGranularity(_vmm_prop(), 0)))
         err, odd = d.cuMemAddressReserve(g + 1, 0, 0, 0)
         if not err:
@@ -125,7 +129,7 @@ def vmm_unaligned_sizes(d: Any) -> Obs:
 
 @scenario
 def vmm_access_before_map(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         va = ok(d.cuMemAddressReserve(_GRAN, 0, 0, 0))
         handle = ok(d.cuMemCreate(_GRAN, _vmm_prop(), 0))
         out: Obs = [name(d.cuMemSetAccess(va, _GRAN, _vmm_access(), 1)[0])]
@@ -146,7 +150,7 @@ def vmm_access_before_map(d: Any) -> Obs:
 @scenario
 def vmm_unmapped_copy(d: Any) -> Obs:
     """Copies into a reserved range with nothing mapped, and into a mapping with no access set."""
-    with Ctx(d):
+    with Setup(d):
         va = ok(d.cuMemAddressReserve(_GRAN, 0, 0, 0))
         out: Obs = [name(d.cuMemcpyHtoD(va, bytes(16), 16)[0]), name(d.cuMemsetD8(va, 1, 16)[0])]
         handle = ok(d.cuMemCreate(_GRAN, _vmm_prop(), 0))
@@ -159,7 +163,7 @@ def vmm_unmapped_copy(d: Any) -> Obs:
 
 @scenario
 def vmm_partial_unmap(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         size = 2 * _GRAN
         va, handle = _mapped_range(d, size)
         out: Obs = [
@@ -175,7 +179,7 @@ def vmm_partial_unmap(d: Any) -> Obs:
 
 @scenario
 def vmm_release_while_mapped(d: Any) -> Obs:
-    with Ctx(d):
+    with Setup(d):
         va, handle = _mapped_range(d, _GRAN)
         out: Obs = [name(d.cuMemRelease(handle)[0])]
         out.append(name(d.cuMemsetD8(va, 6, 16)[0]))
@@ -190,7 +194,7 @@ def vmm_release_while_mapped(d: Any) -> Obs:
 @scenario
 def vmm_adjacent_ranges(d: Any) -> Obs:
     """A reservation at the hint right after another, and a copy across the two."""
-    with Ctx(d):
+    with Setup(d):
         va, handle = _mapped_range(d, _GRAN)
         err, va2 = d.cuMemAddressReserve(_GRAN, 0, int(va) + _GRAN, 0)
         out: Obs = [name(err), int(va2 or 0) == int(va) + _GRAN]
@@ -210,8 +214,8 @@ def vmm_adjacent_ranges(d: Any) -> Obs:
 
 @scenario
 def managed_prefetch_advise(d: Any) -> Obs:
-    with Ctx(d):
-        s = ok(d.cuStreamCreate(0))
+    with Setup(d) as env:
+        s = env.stream()
         ptr = ok(d.cuMemAllocManaged(4096, 1))
         adv = B.CUmem_advise
         out: Obs = [
@@ -232,5 +236,4 @@ def managed_prefetch_advise(d: Any) -> Obs:
         ]
         out.append(name(d.cuStreamSynchronize(s)[0]))
         out += [name(d.cuMemFree(plain)[0]), name(d.cuMemFree(ptr)[0])]
-        d.cuStreamDestroy(s)
     return out
