@@ -16,8 +16,9 @@ Sessions
 - ``demo``: runs the README's tour (``examples/tour.py``) with the runtime layers and
   cuguard-testing installed; with no GPU it runs on the simulated driver.
 - ``differential(cuda<major>)``: runs the simulator-versus-driver scenarios
-  (``scripts/differential.py``) with each cuda-bindings major; with no GPU only on the
-  simulator, which checks that every scenario runs.
+  (``scripts/differential``) with each cuda-bindings major on the simulator and compares
+  their observations with the answers recorded on an H200 (``-- --real`` on a GPU machine
+  compares with the driver instead).
 - ``docs``: runs every Python example of the user guide (``docs/test_examples.py``: the
   contract page has one per clause) and the cuda.core-style programs of ``examples/cuda_core/``
   on the simulated driver with their stand-ins (``docs/test_cuda_core_examples.py``), and
@@ -355,10 +356,15 @@ def racecheck(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("bindings", _major_params())
 def differential(session: nox.Session, bindings: int) -> None:
-    """The differential scenarios with one cuda-bindings major; simulator only unless ``-- --real`` on a GPU machine."""
+    """The differential scenarios with one cuda-bindings major, on the simulator against the H200's recorded answers.
+
+    ``scripts/differential --recorded`` (``scripts/differential/recorded/h200.json``): a scenario
+    whose observations differ fails the session, one with no recorded answer is listed. Arguments
+    after ``--`` replace ``--recorded``: ``-- --real`` on a GPU machine compares with the driver
+    (``-- --real --record FILE`` also writes its answers), ``-- --sim-only`` only runs the scenarios.
+    """
     _install_local(session, _closure([TESTING_DIST]), BINDINGS[bindings])
-    real = "--real" in session.posargs
-    session.run("python", str(ROOT / "scripts" / "differential.py"), *([] if real else ["--sim-only"]))
+    session.run("python", str(ROOT / "scripts" / "differential"), *(session.posargs or ["--recorded"]))
 
 
 @nox.session

@@ -153,15 +153,29 @@ def describe_machine(devices: int) -> dict[str, Any]:
 
 
 def write_recording(path: Path, devices: int, real: dict[str, Any]) -> None:
-    """The real driver's answers in ``path``: observations of the scenarios that ran, the reason for the others."""
-    answers = {key: value for key, value in real.items() if isinstance(value, list)}
-    not_run = {
-        key: value if isinstance(value, str) else value.get("error", "broke")
-        for key, value in real.items()
-        if not isinstance(value, list)
-    }
-    recording = {**describe_machine(devices), "answers": answers, "not_run": not_run}
-    path.write_text(dump_recording(recording))
+    """The real driver's answers in ``path``: observations of the scenarios that ran, the reason for the others.
+
+    When ``path`` already holds a recording of the same machine, the answers of scenarios this run
+    left out (``--only``) are kept, as long as the scenario still exists.
+    """
+    header = describe_machine(devices)
+    answers: dict[str, Any] = {}
+    not_run: dict[str, Any] = {}
+    if path.exists():
+        before = load_recording(path)
+        if before.get("machine") == header["machine"]:
+            answers = {key: value for key, value in before["answers"].items() if key in SCENARIOS}
+            not_run = {key: value for key, value in before["not_run"].items() if key in SCENARIOS}
+        else:
+            print(f"{path} holds answers of another machine ({before.get('machine')}): replaced")
+    for key, value in real.items():
+        answers.pop(key, None)
+        not_run.pop(key, None)
+        if isinstance(value, list):
+            answers[key] = value
+        else:
+            not_run[key] = value if isinstance(value, str) else value.get("error", "broke")
+    path.write_text(dump_recording({**header, "answers": answers, "not_run": not_run}))
     print(f"recorded {len(answers)} answers ({len(not_run)} scenarios without one) in {path}")
 
 
