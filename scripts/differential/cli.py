@@ -10,14 +10,15 @@ Modes (one at a time):
 - ``--sim-only``: every scenario on the simulator only, which checks that each runs at all.
 
 ``--record FILE`` (with the real run) also writes the real driver's answers to FILE, with a
-header naming the machine, for ``--recorded``. ``--only NAME`` (repeatable) restricts the run
-to the scenarios named; ``--json FILE`` writes one row per scenario. Exit status 1 when a
-scenario disagrees or breaks, 2 for a usage error.
+header naming the machine, for ``--recorded``; ``--jobs N`` runs N scenario processes at once.
+``--only NAME`` (repeatable) restricts the run to the scenarios named; ``--json FILE`` writes one
+row per scenario. Exit status 1 when a scenario disagrees or breaks, 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import json
 import platform
@@ -98,31 +99,42 @@ def run_real_one(key: str) -> int:
     return 0
 
 
-def run_real_isolated(devices: int, only: Iterable[str]) -> dict[str, Any]:
-    """Each scenario of ``only`` on the real driver in a process of its own: a crash is counted, not fatal."""
-    results: dict[str, Any] = {}
-    for key in only:
-        if key in TWO_DEVICE and devices < 2:
-            results[key] = SKIPPED
-            continue
-        try:
-            done = subprocess.run(
-                [sys.executable, str(PACKAGE), "--real-one", key],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            results[key] = {"error": "timed out after 120 s"}
-            continue
-        if done.returncode != 0:
-            how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
-            results[key] = {"error": f"the scenario's process ended: {how}", "stderr": done.stderr[-2000:]}
-            continue
-        results[key] = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"ran {key}", flush=True)
-    return results
+def run_real_in_process(key: str) -> Any:
+    """One scenario on the real driver in a process of its own: its observations, or what ended the process."""
+    try:
+        done = subprocess.run(
+            [sys.executable, str(PACKAGE), "--real-one", key],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 120 s"}
+    if done.returncode != 0:
+        how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        return {"error": f"the scenario's process ended: {how}", "stderr": done.stderr[-2000:]}
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        return {"error": "the scenario's process printed no observations", "stderr": done.stderr[-2000:]}
+    return json.loads(lines[-1])
+
+
+def run_real_isolated(devices: int, only: Iterable[str], jobs: int = 1) -> dict[str, Any]:
+    """Each scenario of ``only`` on the real driver in a process of its own: a crash is counted, not fatal.
+
+    ``jobs`` processes run at once (scenarios that compare free memory before and after an
+    allocation assume no other process allocates meanwhile: one at a time is the reference).
+    """
+    keys = list(only)
+    results: dict[str, Any] = {key: SKIPPED for key in keys if key in TWO_DEVICE and devices < 2}
+    wanted = [key for key in keys if key not in results]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_real_in_process, key): key for key in wanted}
+        for future in concurrent.futures.as_completed(futures):
+            results[futures[future]] = future.result()
+            print(f"ran {futures[future]}", flush=True)
+    return {key: results[key] for key in keys}
 
 
 def describe_machine(devices: int) -> dict[str, Any]:
@@ -246,6 +258,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--record", default=None, metavar="FILE", help="with the real run: write its answers to FILE")
     parser.add_argument("--only", action="append", default=None, metavar="NAME", help="only this scenario")
     parser.add_argument("--json", default=None, metavar="FILE", help="one row per scenario as JSON")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="with the real run: N scenarios at once")
     parser.add_argument("--real-one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     known = load_scenarios()
@@ -279,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if recording is not None:
         other = {key: value for key, value in recording["answers"].items() if key in SCENARIOS}
     elif not args.sim_only:
-        other = run_real_isolated(devices, keys)
+        other = run_real_isolated(devices, keys, args.jobs)
         if args.record is not None:
             write_recording(Path(args.record), devices, other)
     rows, disagreed = compare(keys, sim, other)
