@@ -37,7 +37,8 @@ def scenario(fn: Callable[[Any], Obs]) -> Callable[[Any], Obs]:
 
 
 def name(status: Any) -> str:
-    return R(int(status)).name
+    """The name of a ``CUresult``."""
+    return str(R(int(status)).name)
 
 
 def ok(result: Any) -> Any:

@@ -95,7 +95,7 @@ def conditional_graph_clone_and_nested_bodies(d: Any) -> Obs:
         inner = ok(d.cuGraphConditionalHandleCreate(g, env.ctx, 1, ASSIGN_DEFAULT))
         memset_node(d, g, [], p, 0, 4, env.ctx)
         status, _, bodies = add_conditional(d, g, outer, COND.CU_GRAPH_COND_TYPE_IF, 1, env.ctx, [])
-        status2, cases = "no body", []
+        status2, cases = "no body", list[Any]()
         if bodies:
             status2, _, cases = add_conditional(d, bodies[0], inner, COND.CU_GRAPH_COND_TYPE_SWITCH, 2, env.ctx, [])
         for i, case in enumerate(cases):

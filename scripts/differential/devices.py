@@ -107,7 +107,7 @@ def device_queries(d: Any) -> Obs:
         for key in ("PCI_DOMAIN_ID", "PCI_BUS_ID", "PCI_DEVICE_ID")
     ]
     out += [[len(p) for p in parts], [int(p, 16) for p in parts[:3]] == where, text == text.upper()]
-    for call in (
+    calls: list[Callable[[], Any]] = [
         lambda: d.cuDeviceGet(4096),
         lambda: d.cuDeviceGet(-1),
         lambda: d.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE, 4096),
@@ -116,7 +116,8 @@ def device_queries(d: Any) -> Obs:
         lambda: d.cuDeviceGetUuid(4096),
         lambda: d.cuDeviceGetPCIBusId(64, 4096),
         lambda: d.cuDevicePrimaryCtxGetState(4096),
-    ):
+    ]
+    for call in calls:
         out.append(name(call()[0]))
     return out
 

@@ -93,7 +93,7 @@ def graph_with_memory_nodes_is_frozen(d: Any) -> Obs:
         params.poolProps.location.id = 0
         params.bytesize = 256
         err, _ = d.cuGraphAddMemAllocNode(g, [b], 1, params)
-        out = [name(err)]
+        out: Obs = [name(err)]
         out.append(name(remove_dependencies(d, g, [a], [b], 1)[0]))
         out.append(name(d.cuGraphDestroyNode(a)[0]))
         out.append(name(d.cuGraphClone(g)[0]))
@@ -160,7 +160,7 @@ def graph_exec_outlives_graph(d: Any) -> Obs:
         clone = ok(d.cuGraphClone(g))
         exe = ok(d.cuGraphInstantiate(g, 0))
         s = env.stream()
-        out = [name(d.cuGraphDestroy(g)[0]), name(d.cuGraphLaunch(exe, s)[0]), name(d.cuStreamSynchronize(s)[0])]
+        out: Obs = [name(d.cuGraphDestroy(g)[0]), name(d.cuGraphLaunch(exe, s)[0]), name(d.cuStreamSynchronize(s)[0])]
         out.append(int(d.cuGraphGetNodes(clone, 0)[-1]))
         out.append(name(d.cuGraphExecDestroy(exe)[0]))
         d.cuGraphDestroy(clone)
