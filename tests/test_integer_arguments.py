@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cuguard.context import Context
-from cuguard.errors import INT_LIMIT, SIZE_LIMIT, UINT_LIMIT, int_argument, out_of_range
+from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, UINT_LIMIT, int_argument, out_of_range
 from cuguard.graphs import GraphBuilder, GraphDefinition
 from cuguard.resources import (
     Buffer,

@@ -23,12 +23,12 @@ import pytest
 import cuguard.context._context as context_module
 import cuguard.errors._locks as locks
 from cuguard.context import Context
-from cuguard.errors import (
+from cuguard.errors import flush_deferred
+from cuguard.errors.lowlevel import (
     collection_deferred,
     deferring_lock,
     enter_driver_callback,
     exit_driver_callback,
-    flush_deferred,
     in_driver_callback,
 )
 from cuguard.testing import SimulatedDriver

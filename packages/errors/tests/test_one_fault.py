@@ -1,7 +1,7 @@
 """One fault, one report (contract W7): the reporting helpers fold sticky failures per context.
 
 Stand-ins here: a context is any hashable object, and its cuguard objects are
-:class:`~cuguard.errors.Unique` objects with a ``closed`` attribute that refer to
+:class:`~cuguard.errors.lowlevel.Unique` objects with a ``closed`` attribute that refer to
 it, as the upper layers' resources do. Each test installs a fresh simulated
 driver, so what is kept per driver starts empty.
 """
@@ -20,13 +20,13 @@ from cuguard.errors import (
     CUDAWarning,
     StickyCUDAError,
     StickyFaultWarning,
-    Unique,
     first_sticky_fault,
     flush_deferred,
     forget_sticky_fault,
     report,
     report_error,
 )
+from cuguard.errors.lowlevel import Unique
 from cuguard.testing import simulated_driver
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from cuguard.errors import flush_deferred, in_driver_callback
+from cuguard.errors import flush_deferred
+from cuguard.errors.lowlevel import in_driver_callback
 from cuguard.resources import Buffer, Device
 from cuguard.resources._dlpack import _DELETER_TYPE, _DLDataType, _DLDevice, _DLManagedTensorVersioned, _DLPackVersion
 

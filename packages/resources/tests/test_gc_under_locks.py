@@ -28,15 +28,8 @@ from conftest import KERNELS_PTX
 
 import cuguard.errors._locks as locks
 from cuguard.context import Context
-from cuguard.errors import (
-    CUDADriverNotFoundError,
-    collection_deferred,
-    deferring_lock,
-    enter_driver_callback,
-    exit_driver_callback,
-    flush_deferred,
-    use_driver,
-)
+from cuguard.errors import CUDADriverNotFoundError, flush_deferred, use_driver
+from cuguard.errors.lowlevel import collection_deferred, deferring_lock, enter_driver_callback, exit_driver_callback
 from cuguard.resources import Device, Module, ObjectCode
 from cuguard.testing import SimulatedDriver, record_calls, register_stand_in, remove_stand_in
 from cuguard.testing._sweep.guard import SafetyDriver

@@ -17,13 +17,8 @@ import pytest
 from conftest import KERNELS_PTX, _emulate
 
 from cuguard.context import Context
-from cuguard.errors import (
-    CUDAError,
-    StickyCUDAError,
-    attribute_faults,
-    attributing,
-    first_sticky_fault,
-)
+from cuguard.errors import CUDAError, StickyCUDAError, attribute_faults, first_sticky_fault
+from cuguard.errors.lowlevel import attributing
 from cuguard.resources import Device, LaunchConfig, Module, launch
 from cuguard.testing import SimulatedDriver, inject, sticky
 

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cuguard.errors import CUDAError, ResourceClosedError, flush_deferred, in_driver_callback
+from cuguard.errors import CUDAError, ResourceClosedError, flush_deferred
+from cuguard.errors.lowlevel import in_driver_callback
 from cuguard.resources import (
     Buffer,
     Device,

@@ -85,7 +85,12 @@ def test_a_planted_hang_at_a_driver_call_is_reported_with_its_stack_and_stops_th
 @pytest.mark.contract("B6", "S2")
 def test_a_planted_hang_at_a_lock_acquisition_is_found_through_the_lock_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     hook = SimpleNamespace(on_acquire=None)
-    monkeypatch.setattr(gc_points, "lock_hook", lambda: hook)
+
+    def set_hook(new: Any) -> Any:
+        previous, hook.on_acquire = hook.on_acquire, new
+        return previous
+
+    monkeypatch.setattr(gc_points, "set_acquire_hook", set_hook)
     lock = threading.Lock()
     planted = Scenario("planted.lock", "resources", (), with_stream, _query_holding(lock, hook))
     try:
@@ -126,20 +131,10 @@ def test_a_passing_run_collects_every_kind_of_garbage_and_reports_no_violation(t
     data = json.loads(out.read_text("utf-8"))
     assert code == 0
     assert data["hangs"] == []
-    assert data["unavailable"] == {}
     (row,) = data["scenarios"]
     assert row["violations"] == []
     assert row["cases"] == 2  # one point, two context situations
     assert set(garbage_makers()) >= {"created context", "builder mid-capture", "pools", "module and graphs"}
-
-
-@pytest.mark.contract("B6")
-def test_the_lock_dimension_says_it_is_unavailable_rather_than_passing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gc_points, "lock_hook", lambda: None)
-    result = run_gc_sweep(match="resources.Stream.sync", dimensions=("lock",), contexts=("none",), garbage={})
-    assert "lock" in result.unavailable
-    assert result.failed
-    assert "UNAVAILABLE" in format_gc_table(result)
 
 
 @pytest.mark.contract("B6")
@@ -162,12 +157,9 @@ def test_the_sample_picks_every_operation_and_dimension() -> None:
 
 @pytest.mark.contract("B6", "S2")
 def test_lock_points_are_the_acquisitions_of_cuguards_own_locks() -> None:
-    if gc_points.lock_hook() is None:
-        pytest.fail("cuguard.errors._locks.on_acquire is missing: the lock points cannot be swept")
     result = run_gc_sweep(match="context.Context.create", dimensions=("lock",), contexts=("none",))
     points = [p for s in result.scenarios for by_ctx in s.points.values() for ps in by_ctx.values() for p in ps]
     assert points, "Context.create takes the context registry's lock: it must give lock points"
     assert all(p.startswith("lock in ") and "testing." not in p for p in points)
-    assert result.unavailable == {}
     assert sum(s.cases for s in result.scenarios) == len(points)
     assert not result.hangs

@@ -31,7 +31,7 @@ def test_bounded_misuse_sweep_finds_no_violation() -> None:
 
 @pytest.mark.contract("B6", "O1")
 def test_a_planted_copy_defect_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cuguard.errors import Unique
+    from cuguard.errors.lowlevel import Unique
 
     monkeypatch.setattr(Unique, "__copy__", lambda self: self)
     result = run_misuse_sweep(examples=12, steps=30, engine="random", seed=3)

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cb
 
-from cuguard.errors import driver_state, use_driver
+from cuguard.errors import use_driver
+from cuguard.errors.lowlevel import driver_state
 from cuguard.testing import SimulatedCrash, SimulatedDriver, simulated_driver
 
 R = cb.CUresult

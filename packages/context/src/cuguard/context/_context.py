@@ -16,27 +16,29 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cuguard.errors import (
-    INT_LIMIT,
-    UINT_LIMIT,
     CUDAError,
     ResourceClosedError,
-    Unique,
     add_failure_note,
     call_unraisable,
+    driver,
+    driver_token,
+    format_handle,
+    raise_status,
+    report,
+    report_error,
+)
+from cuguard.errors.lowlevel import (
+    INT_LIMIT,
+    UINT_LIMIT,
+    Unique,
     collection_deferred,
     defer,
     deferring_lock,
-    driver,
     driver_state,
-    driver_token,
-    format_handle,
     int_argument,
     is_integer,
     on_driver_change,
-    raise_status,
     refuse_construction,
-    report,
-    report_error,
     wrong_kind,
 )
 

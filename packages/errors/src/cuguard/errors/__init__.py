@@ -10,25 +10,19 @@ Public surface:
 - the warning :class:`CUDAWarning` (a ``RuntimeWarning``), and :class:`StickyFaultWarning`, the one
   report of the releases a sticky fault refused in a context (W7);
 - status tables: :func:`error_name`, :func:`error_description`, :func:`is_sticky`;
-- helpers used by every layer: :func:`check`, :func:`raise_status`,
+- reporting, for code of its own that calls the driver: :func:`check`, :func:`raise_status`,
   :func:`add_failure_note`, :func:`report`, :func:`report_error`, :func:`report_warning`,
   :func:`call_unraisable`, :func:`internal_error`, :func:`format_handle`;
 - the driver seam: :data:`driver`, :func:`use_driver`, :func:`driver_token`, :func:`install_driver`,
-  :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`,
-  the process's default driver chosen with ``CUGUARD_DRIVER`` (:data:`DRIVER_VARIABLE`,
-  :func:`default_driver_choice`),
-  and what the layers keep per driver: :func:`driver_state`, :func:`forget_driver`, :func:`on_driver_change`;
+  :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`;
 - sticky faults (E5): :func:`first_sticky_fault`, :func:`forget_sticky_fault`, and fault
-  attribution with :func:`attribute_faults` / ``CUGUARD_ATTRIBUTE_FAULTS=1``, :func:`attributing`;
-- ownership (O1, O5): :class:`Unique` (no copies, no pickles), :func:`refuse_construction`, and the
-  release thread: :func:`defer`, :func:`flush_deferred`, :func:`deferred_count`, :func:`enter_driver_callback`,
-  :func:`exit_driver_callback`, :func:`in_driver_callback`; cuguard's one lock, under which garbage
-  collection is deferred to the release thread (S2): :func:`deferring_lock`, :func:`collection_deferred`;
-  :func:`wrong_kind`, the message of every argument check;
-- the one check of integer arguments (sizes, counts, ordinals, flags, dimensions; E3):
-  :func:`int_argument` (NumPy integers accepted, bools and floats refused, the driver type's
-  range enforced: :data:`SIZE_LIMIT`, :data:`UINT_LIMIT`, :data:`INT_LIMIT`), :func:`is_integer`,
-  :func:`out_of_range`, and of status codes: :func:`status_argument`, :func:`is_driver_status`.
+  attribution with :func:`attribute_faults` / ``CUGUARD_ATTRIBUTE_FAULTS=1``;
+- the release thread (O5): :func:`flush_deferred`.
+
+What the layers built on this one use beyond that (argument checks, ownership,
+locks, per-driver state) is :mod:`cuguard.errors.lowlevel`. Its names are also
+importable from here, as aliases kept for one release (0.1.x): they are not
+in ``__all__``; import them from :mod:`cuguard.errors.lowlevel`.
 """
 
 from __future__ import annotations
@@ -93,11 +87,7 @@ from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
 from cuguard.errors._table import driver_entry as _driver_entry
 
 __all__ = [
-    "DRIVER_VARIABLE",
-    "INT_LIMIT",
     "RESTORE_CONTEXT",
-    "SIZE_LIMIT",
-    "UINT_LIMIT",
     "CUDADriverNotFoundError",
     "CUDAError",
     "CUDAWarning",
@@ -109,49 +99,29 @@ __all__ = [
     "ResourceClosedError",
     "StickyCUDAError",
     "StickyFaultWarning",
-    "Unique",
     "active_driver",
     "add_failure_note",
     "attribute_faults",
-    "attributing",
     "call_unraisable",
     "check",
-    "collection_deferred",
-    "defer",
-    "default_driver_choice",
-    "deferred_count",
-    "deferring_lock",
     "driver",
-    "driver_state",
     "driver_token",
-    "enter_driver_callback",
     "error_description",
     "error_name",
-    "exit_driver_callback",
     "first_sticky_fault",
     "flush_deferred",
-    "forget_driver",
     "forget_sticky_fault",
     "format_handle",
-    "in_driver_callback",
     "install_driver",
     "installed_driver",
-    "int_argument",
     "internal_error",
-    "is_driver_status",
-    "is_integer",
     "is_sticky",
-    "on_driver_change",
-    "out_of_range",
     "raise_status",
     "real_driver",
-    "refuse_construction",
     "report",
     "report_error",
     "report_warning",
-    "status_argument",
     "use_driver",
-    "wrong_kind",
 ]
 
 __version__ = "0.1.0"

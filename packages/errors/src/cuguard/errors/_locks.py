@@ -7,14 +7,14 @@ a non-reentrant lock a second time (the thread hangs for good, S2), or enter a
 re-entrant one in the middle of the section it protects. So every lock in
 cuguard comes from :func:`deferring_lock`, and while a thread holds one, the
 finalizers that release something see :func:`collection_deferred` true and hand
-the release to cuguard's release thread (:func:`~cuguard.errors.defer`) instead
+the release to cuguard's release thread (:func:`~cuguard.errors.lowlevel.defer`) instead
 of running it there.
 
 The same thread-local counter also counts the CUDA callbacks running on the
-thread (:func:`~cuguard.errors.enter_driver_callback`), where releases are
+thread (:func:`~cuguard.errors.lowlevel.enter_driver_callback`), where releases are
 deferred as well, so a finalizer asks one question with one thread-local read.
 Holding a lock does not refuse cuguard calls: only a driver callback does
-(:func:`~cuguard.errors.in_driver_callback`, ``CUDA_ERROR_NOT_PERMITTED``, O5).
+(:func:`~cuguard.errors.lowlevel.in_driver_callback`, ``CUDA_ERROR_NOT_PERMITTED``, O5).
 
 Test hook: :data:`on_acquire`.
 """
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DeferringLock", "collection_deferred", "deferring_lock", "on_acquire"]
+__all__ = ["DeferringLock", "collection_deferred", "deferring_lock", "on_acquire", "set_acquire_hook"]
 
 #: Test hook: ``None``, or a callable taken with no arguments on the acquiring
 #: thread at each acquisition of every lock made by :func:`deferring_lock` (each
@@ -37,6 +37,17 @@ __all__ = ["DeferringLock", "collection_deferred", "deferring_lock", "on_acquire
 #: Costs one global read per acquisition while unset. An exception it raises
 #: propagates from the acquisition, with the lock released again.
 on_acquire: Callable[[], object] | None = None
+
+
+def set_acquire_hook(hook: Callable[[], object] | None) -> Callable[[], object] | None:
+    """Make ``hook`` the test hook :data:`on_acquire` (``None`` removes it); return the one it replaces.
+
+    For the garbage-collection point sweep, which collects garbage at each
+    acquisition of a cuguard lock. Never fails.
+    """
+    global on_acquire
+    previous, on_acquire = on_acquire, hook
+    return previous
 
 
 class _ThreadState(threading.local):

@@ -19,7 +19,7 @@ caller names: the context the release ran in):
   nothing was counted.
 
 The cuguard objects of a context are found once, at its first refused release:
-the :class:`~cuguard.errors.Unique` objects with a ``closed`` property, not
+the :class:`~cuguard.errors.lowlevel.Unique` objects with a ``closed`` property, not
 closed, that refer to the context object and own what they refer to (not those
 whose ``owned`` is false, such as a device's default memory resource, which the
 device keeps for good) (one walk over the objects the garbage

@@ -85,7 +85,7 @@ def enter_driver_callback() -> None:
     """Mark the calling thread as running inside a CUDA host function or destructor.
 
     Until :func:`exit_driver_callback`, releases that become due on this thread
-    are handed to the release thread (:func:`~cuguard.errors.collection_deferred`
+    are handed to the release thread (:func:`~cuguard.errors.lowlevel.collection_deferred`
     is true), and cuguard calls made here raise
     :class:`~cuguard.errors.CUDAError` (``CUDA_ERROR_NOT_PERMITTED``) before
     reaching the driver, which forbids them (O5).

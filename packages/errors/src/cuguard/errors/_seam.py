@@ -221,7 +221,7 @@ def _refused_in_callbacks(fn: Any, name: str) -> Any:
 
 
 def callbacks_started() -> None:
-    """A CUDA callback starts running (see :func:`~cuguard.errors.enter_driver_callback`)."""
+    """A CUDA callback starts running (see :func:`~cuguard.errors.lowlevel.enter_driver_callback`)."""
     with _callbacks_lock:
         _callbacks_running[0] += 1
         driver.__dict__.clear()

@@ -23,36 +23,35 @@ from typing import Any, Final
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
-    UINT_LIMIT,
     CUDAError,
     ResourceClosedError,
     add_failure_note,
     driver,
     driver_token,
     format_handle,
-    int_argument,
     raise_status,
     report,
     report_error,
-    wrong_kind,
 )
+from cuguard.errors.lowlevel import UINT_LIMIT, int_argument, wrong_kind
 from cuguard.graphs import _compat, _conditional, _lifetime
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
 from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
 from cuguard.resources import Event, Kernel, LaunchConfig, Stream, launch
-from cuguard.resources._captures import (
+from cuguard.resources.lowlevel import (
     OwnerTable,
     capture_began,
     capture_ended,
     capture_joined,
     capture_left,
+    check_read_only,
+    graph_let_go,
+    memory_uses,
     retain,
     split_written,
 )
-from cuguard.resources._memory import graph_let_go
-from cuguard.resources._view import check_read_only, memory_uses
 
 __all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mode"]
 

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from cuguard.context import Context
-from cuguard.errors import ResourceClosedError, Unique, collection_deferred, defer, driver_token
+from cuguard.errors import ResourceClosedError, driver_token
+from cuguard.errors.lowlevel import Unique, collection_deferred, defer
 from cuguard.resources import Event, Module
 
 __all__: list[str] = []

@@ -22,19 +22,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from cuguard.context import Context
-from cuguard.errors import (
-    UINT_LIMIT,
-    ResourceClosedError,
-    Unique,
-    driver,
-    format_handle,
-    int_argument,
-    is_integer,
-    raise_status,
-    refuse_construction,
-    wrong_kind,
-)
+from cuguard.errors import ResourceClosedError, driver, format_handle, raise_status
 from cuguard.errors import driver_token as _driver_token
+from cuguard.errors.lowlevel import UINT_LIMIT, Unique, int_argument, is_integer, refuse_construction, wrong_kind
 from cuguard.graphs import _compat
 from cuguard.graphs._common import _types
 from cuguard.graphs._definition import GraphDefinition

@@ -14,20 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
-    INT_LIMIT,
     CUDAError,
     ResourceClosedError,
     add_failure_note,
     driver,
     driver_token,
     format_handle,
-    int_argument,
-    is_integer,
     raise_status,
     report,
     report_error,
-    wrong_kind,
 )
+from cuguard.errors.lowlevel import INT_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.graphs import _compat, _lifetime
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
 from cuguard.graphs._edges import apply_edges
@@ -51,8 +48,7 @@ from cuguard.resources import (
     LaunchConfig,
     PinnedBuffer,
 )
-from cuguard.resources._captures import OwnerTable, retain, split_written
-from cuguard.resources._fast import follow_fastpath
+from cuguard.resources.lowlevel import OwnerTable, follow_fastpath, retain, split_written
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import GraphCondition

@@ -11,16 +11,14 @@ from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
     add_failure_note,
-    attributing,
     driver,
     driver_token,
     format_handle,
     raise_status,
-    refuse_construction,
     report,
     report_error,
-    wrong_kind,
 )
+from cuguard.errors.lowlevel import attributing, refuse_construction, wrong_kind
 from cuguard.graphs import _updates
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
 from cuguard.resources import (
@@ -31,14 +29,10 @@ from cuguard.resources import (
     Module,
     PinnedBuffer,
     Stream,
-    _race,
     as_stream,
     wait_attributed,
 )
-from cuguard.resources._base import _unprohibited
-from cuguard.resources._captures import retain, split_written
-from cuguard.resources._fast import follow_fastpath
-from cuguard.resources._relaxed import on_own_behalf
+from cuguard.resources.lowlevel import follow_fastpath, on_own_behalf, race, retain, split_written, unprohibited
 
 if TYPE_CHECKING:
     from cuguard.graphs._definition import GraphDefinition
@@ -196,8 +190,8 @@ class Graph(_Collected):
             (err,) = driver.cuGraphLaunch(self._handle, hstream)
         if err:
             raise_status(err, "cuGraphLaunch")
-        if _race.ON:
-            _race.graph_launched(stream, self._owners)  # one operation on the memory its nodes use (B7)
+        if race.ON:
+            race.graph_launched(stream, self._owners)  # one operation on the memory its nodes use (B7)
         if attributing():
             kinds = self._signature[0]
             wait_attributed(
@@ -424,7 +418,7 @@ class Graph(_Collected):
         try:
             # Relaxed capture mode (G6): during a capture in global mode the driver refuses
             # cuGraphExecDestroy as potentially unsafe and invalidates the capture (seen on an H200).
-            err, call = _unprohibited(_destroy_status, self._handle)
+            err, call = unprohibited(_destroy_status, self._handle)
         except CUDAError as exc:
             report_error(exc, self._handle, "the executable graph was leaked", context=context)
             return

@@ -11,7 +11,7 @@ launches have finished), the driver calls the destructor with the token.
 The destructor runs on a driver thread, or synchronously inside the releasing
 driver call (observed on an H200). It must not call CUDA and must not block, so
 it only hands the token to cuguard's release thread (the errors layer's
-:func:`~cuguard.errors.defer`), which drops the payload; releasing the objects in it may fail, and such
+:func:`~cuguard.errors.lowlevel.defer`), which drops the payload; releasing the objects in it may fail, and such
 failures surface as ``CUDAWarning`` (W1) through the objects' own collection
 path, or through ``sys.unraisablehook`` when escalated (W3).
 
@@ -32,9 +32,10 @@ import sys
 import weakref
 from collections.abc import Callable
 
-from cuguard.errors import call_unraisable, defer, enter_driver_callback, exit_driver_callback
+from cuguard.errors import call_unraisable
 from cuguard.errors import flush_deferred as _flush
-from cuguard.resources import _memory
+from cuguard.errors.lowlevel import defer, enter_driver_callback, exit_driver_callback
+from cuguard.resources.lowlevel import add_close_guard, graph_let_go
 
 __all__ = [
     "HostCallback",
@@ -87,7 +88,7 @@ def _release_payload(token: int) -> None:
     payload = _payloads.pop(token, None)
     if payload:
         # Memory closed while this graph used it is freed now, unless another graph still uses it (W5).
-        _memory.graph_let_go(list(payload.values()))
+        graph_let_go(list(payload.values()))
     while payload:
         _, owner = payload.popitem()
         del owner
@@ -104,7 +105,7 @@ def _used_by_a_graph(buffer: object) -> str | None:
 
 # An explicit close() of memory asks this first (the resources layer cannot see graphs): memory a
 # graph uses is freed only once CUDA lets go of that graph.
-_memory._close_guards.append(_used_by_a_graph)
+add_close_guard(_used_by_a_graph)
 
 
 def register_payload(payload: dict[int, object]) -> int:

@@ -15,17 +15,13 @@ from cuguard.context import call_in
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
-    Unique,
     add_failure_note,
     driver,
     driver_token,
     format_handle,
-    int_argument,
-    is_integer,
     raise_status,
-    refuse_construction,
-    wrong_kind,
 )
+from cuguard.errors.lowlevel import Unique, int_argument, is_integer, refuse_construction, wrong_kind
 from cuguard.graphs._common import _types
 from cuguard.graphs._edges import apply_edges
 from cuguard.resources import (
@@ -37,7 +33,7 @@ from cuguard.resources import (
     PinnedBuffer,
     pack_args,
 )
-from cuguard.resources._view import check_read_only, memory_uses
+from cuguard.resources.lowlevel import check_read_only, memory_uses
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import ConditionalBody, GraphCondition

@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import driver, raise_status, wrong_kind
+from cuguard.errors import driver, raise_status
+from cuguard.errors.lowlevel import wrong_kind
 from cuguard.graphs import _lifetime
 from cuguard.graphs._common import _check_owners, _types
 from cuguard.graphs._nodes import Node, _ArgumentBlock, _kernel_params, _memcpy_params, _memset_params
 from cuguard.resources import Buffer, Event, Kernel, LaunchConfig, Module, PinnedBuffer
-from cuguard.resources._captures import retain, split_written
+from cuguard.resources.lowlevel import retain, split_written
 
 if TYPE_CHECKING:
     from cuguard.graphs._definition import GraphDefinition

@@ -22,19 +22,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from cuguard.context import Context, call_in, cleanup_in
-from cuguard.errors import (
-    CUDAError,
-    ResourceClosedError,
-    Unique,
-    add_failure_note,
-    collection_deferred,
-    defer,
-    format_handle,
-    in_driver_callback,
-    refuse_construction,
-    report,
-    report_error,
-)
+from cuguard.errors import CUDAError, ResourceClosedError, add_failure_note, format_handle, report, report_error
+from cuguard.errors.lowlevel import Unique, collection_deferred, defer, in_driver_callback, refuse_construction
 from cuguard.resources import _captures
 from cuguard.resources._relaxed import relax, restore
 

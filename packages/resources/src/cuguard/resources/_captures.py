@@ -45,7 +45,8 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from cuguard.errors import collection_deferred, defer, deferring_lock, driver
+from cuguard.errors import driver
+from cuguard.errors.lowlevel import collection_deferred, defer, deferring_lock
 
 if TYPE_CHECKING:
     from cuguard.context import Context
@@ -69,6 +70,7 @@ __all__ = [
     "stream_capturing",
     "used_by_capture",
     "wait_for_capture",
+    "waiting_count",
 ]
 
 
@@ -355,6 +357,11 @@ def stream_capturing(stream: Stream) -> bool:
         return False  # a stream of a driver no longer installed (or a destroyed context) is never asked (O3, S2)
     err, status = driver.cuStreamIsCapturing(stream._handle)
     return not err and int(status) != _CAPTURE_NONE
+
+
+def waiting_count() -> int:
+    """How many releases wait for a capture to end (closed for use, not yet released). Never fails."""
+    return len(_waiting)
 
 
 def generation() -> int:

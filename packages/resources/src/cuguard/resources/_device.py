@@ -6,19 +6,9 @@ import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
-from cuguard.context._context import call_switched
-from cuguard.errors import (
-    INT_LIMIT,
-    SIZE_LIMIT,
-    ResourceClosedError,
-    deferring_lock,
-    driver,
-    driver_state,
-    driver_token,
-    int_argument,
-    raise_status,
-    wrong_kind,
-)
+from cuguard.context.lowlevel import call_switched
+from cuguard.errors import ResourceClosedError, driver, driver_token, raise_status
+from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, driver_state, int_argument, wrong_kind
 from cuguard.resources import _race
 from cuguard.resources._fast import follow_fastpath
 from cuguard.resources._memory import Buffer, PinnedBuffer

@@ -51,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cuguard.errors import defer, deferring_lock, in_driver_callback
+from cuguard.errors.lowlevel import defer, deferring_lock, in_driver_callback
 
 __all__ = [
     "KDL_CPU",

@@ -5,7 +5,7 @@ listener and every hot path reads ``None``. With it, each hot module keeps the
 fast path's operations (a :class:`cuguard.fastpath.FastOps`) in a module
 global, which is ``None`` unless the fast path is on *and* the seam routes
 every call straight to the real ``cuda.bindings.driver`` (the seam's
-:func:`~cuguard.errors._seam.on_route_change`): under the simulator, a fault
+:func:`~cuguard.errors.lowlevel.on_route_change`): under the simulator, a fault
 plan, ``record_calls`` or any other installed driver, and while a CUDA
 callback runs, the global is ``None`` and every call takes the Python path, so
 those see every driver call as before. One global read per hot call, no
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cuguard.errors._seam import on_route_change
+from cuguard.errors.lowlevel import on_route_change
 
 __all__ = ["follow_fastpath"]
 

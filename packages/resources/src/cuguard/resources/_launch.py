@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from cuda.bindings import driver as cb
 
 from cuguard.context import Context, call_in
-from cuguard.errors import INT_LIMIT, driver, int_argument, is_integer, raise_status, wrong_kind
+from cuguard.errors import driver, raise_status
+from cuguard.errors.lowlevel import INT_LIMIT, int_argument, is_integer, wrong_kind
 
 if TYPE_CHECKING:
     from cuguard.resources._module import Kernel, LaunchConfig

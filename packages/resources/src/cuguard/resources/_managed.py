@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from cuguard.context import call_in
-from cuguard.errors import INT_LIMIT, driver, int_argument, is_integer, raise_status, wrong_kind
+from cuguard.errors import driver, raise_status
+from cuguard.errors.lowlevel import INT_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _compat
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
 from cuguard.resources._memres import MemoryResource, check_device, stream_argument

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import CUDAError, driver, in_driver_callback, int_argument, is_integer, raise_status, wrong_kind
+from cuguard.errors import CUDAError, driver, raise_status
+from cuguard.errors.lowlevel import in_driver_callback, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _dlpack, _race
 from cuguard.resources._base import Resource
 from cuguard.resources._fast import follow_fastpath

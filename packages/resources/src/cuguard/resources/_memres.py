@@ -22,7 +22,8 @@ import abc
 import weakref
 from typing import Any, Generic, NoReturn, TypeVar
 
-from cuguard.errors import ResourceClosedError, Unique, wrong_kind
+from cuguard.errors import ResourceClosedError
+from cuguard.errors.lowlevel import Unique, wrong_kind
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream
 

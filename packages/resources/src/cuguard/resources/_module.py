@@ -11,20 +11,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import (
+from cuguard.errors import CUDAError, StickyCUDAError, driver, format_handle, is_sticky, raise_status
+from cuguard.errors.lowlevel import (
     INT_LIMIT,
     UINT_LIMIT,
-    CUDAError,
-    StickyCUDAError,
     Unique,
     attributing,
-    driver,
-    format_handle,
     int_argument,
     is_integer,
-    is_sticky,
     out_of_range,
-    raise_status,
     refuse_construction,
     wrong_kind,
 )

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context
-from cuguard.errors import add_failure_note, deferring_lock, driver_token, wrong_kind
+from cuguard.errors import add_failure_note, driver_token
+from cuguard.errors.lowlevel import deferring_lock, wrong_kind
 
 if TYPE_CHECKING:
-    from cuguard.errors._locks import DeferringLock
+    from cuguard.errors.lowlevel import DeferringLock
     from cuguard.resources._module import Kernel, Module
 
 __all__ = ["CODE_TYPES", "ObjectCode"]

@@ -14,19 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import (
-    INT_LIMIT,
-    SIZE_LIMIT,
-    CUDAError,
-    add_failure_note,
-    driver,
-    format_handle,
-    int_argument,
-    is_integer,
-    raise_status,
-    report,
-    wrong_kind,
-)
+from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, report
+from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.resources._base import Resource, _unprohibited
 from cuguard.resources._ipc import IPCAllocationHandle, SharedImport
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free

@@ -19,18 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import IO, Any, TypeVar
 
-from cuguard.errors import (
-    INT_LIMIT,
-    LibraryNotFoundError,
-    NVJitLinkError,
-    NVRTCError,
-    add_failure_note,
-    deferring_lock,
-    int_argument,
-    is_integer,
-    report_error,
-    wrong_kind,
-)
+from cuguard.errors import LibraryNotFoundError, NVJitLinkError, NVRTCError, add_failure_note, report_error
+from cuguard.errors.lowlevel import INT_LIMIT, deferring_lock, int_argument, is_integer, wrong_kind
 from cuguard.resources._objectcode import ObjectCode
 
 __all__ = ["Linker", "LinkerOptions", "Program", "ProgramCache", "ProgramOptions", "link"]

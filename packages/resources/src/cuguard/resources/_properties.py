@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cuguard.errors import deferring_lock, driver, raise_status
+from cuguard.errors import driver, raise_status
+from cuguard.errors.lowlevel import deferring_lock
 
 if TYPE_CHECKING:
     from cuguard.resources._device import Device

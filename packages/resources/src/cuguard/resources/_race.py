@@ -56,8 +56,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cuguard.context import _context as _context_module
-from cuguard.errors import CUDAWarning, deferring_lock, on_driver_change, report_warning
+from cuguard.context.lowlevel import on_synchronized
+from cuguard.errors import CUDAWarning, report_warning
+from cuguard.errors.lowlevel import deferring_lock, on_driver_change
 from cuguard.resources import _captures
 
 __all__ = ["ON", "RaceWarning", "racecheck", "racecheck_enabled"]
@@ -203,7 +204,7 @@ def racecheck(enabled: bool = True) -> Iterator[None]:
     no other thread queues work. ``TypeError`` for an ``enabled`` that is not a bool.
     """
     if type(enabled) is not bool:
-        from cuguard.errors import wrong_kind
+        from cuguard.errors.lowlevel import wrong_kind
 
         raise wrong_kind("enabled", "a bool", enabled)
     global PENDING
@@ -570,7 +571,7 @@ def _context_synchronized(context: Any) -> None:
         context_synced(context)  # Context.synchronize(): the host waited for every stream of that context
 
 
-_context_module._synchronized.append(_context_synchronized)
+on_synchronized(_context_synchronized)
 
 
 def stream_created(stream: Any, non_blocking: bool) -> None:

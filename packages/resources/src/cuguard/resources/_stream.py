@@ -11,16 +11,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import (
-    CUDAError,
-    call_unraisable,
+from cuguard.errors import CUDAError, call_unraisable, driver, raise_status, report
+from cuguard.errors.lowlevel import (
     deferring_lock,
-    driver,
     enter_driver_callback,
     exit_driver_callback,
     in_driver_callback,
-    raise_status,
-    report,
     wrong_kind,
 )
 from cuguard.resources import _captures, _race

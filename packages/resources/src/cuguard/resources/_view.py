@@ -19,7 +19,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from cuguard.errors import int_argument, is_integer, wrong_kind
+from cuguard.errors.lowlevel import int_argument, is_integer, wrong_kind
 from cuguard.resources import _dlpack
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream, as_stream, driver_types

@@ -19,17 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import (
-    INT_LIMIT,
-    SIZE_LIMIT,
-    CUDAError,
-    add_failure_note,
-    driver,
-    int_argument,
-    is_integer,
-    raise_status,
-    wrong_kind,
-)
+from cuguard.errors import CUDAError, add_failure_note, driver, raise_status
+from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.resources._memory import Buffer
 from cuguard.resources._memres import MemoryResource, check_device, stream_argument
 from cuguard.resources._stream import Stream, driver_types

@@ -26,15 +26,13 @@ from typing import Any
 from cuguard.errors import (
     RESTORE_CONTEXT,
     active_driver,
-    deferring_lock,
     first_sticky_fault,
     forget_sticky_fault,
     install_driver,
     installed_driver,
-    int_argument,
     is_sticky,
-    status_argument,
 )
+from cuguard.errors.lowlevel import deferring_lock, int_argument, status_argument
 from cuguard.testing._sim.facts import STICKY_EXEMPT
 
 __all__ = [

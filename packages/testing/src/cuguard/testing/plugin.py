@@ -55,17 +55,16 @@ from typing import Any
 import pytest
 
 from cuguard.errors import (
-    DRIVER_VARIABLE,
     CUDADriverNotFoundError,
     CUDAError,
     CUDAWarning,
     StickyFaultWarning,
-    default_driver_choice,
     first_sticky_fault,
     flush_deferred,
     is_sticky,
     real_driver,
 )
+from cuguard.errors.lowlevel import DRIVER_VARIABLE, default_driver_choice
 from cuguard.testing import _faults
 from cuguard.testing._sim import SimulatedDriver, nothing_left_behind, simulated_driver
 

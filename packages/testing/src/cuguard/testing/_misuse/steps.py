@@ -301,7 +301,7 @@ def teardown(s: Session) -> None:
         left = []
         # Releases cuguard holds back because a capture it could not end (refused under a fault, and
         # reported then) still runs in the driver: freeing them would break that capture (G6 over W5).
-        held_back = bool(importlib.import_module("cuguard.resources._captures")._waiting)
+        held_back = bool(importlib.import_module("cuguard.resources.lowlevel").waiting_count())
         for obj in slot.sim.live_objects():
             if held_back and obj.kind in _MEMORY_KINDS:
                 continue

@@ -10,8 +10,7 @@ for the case. It then runs the operation once per *point* with ``gc.collect()`` 
 - ``GC@call``: just before the operation's ``k``-th driver call reaches the driver (the calls of
   its fault-free run, counted on every thread, as the failure-point sweep counts them);
 - ``GC@lock``: just before the ``k``-th acquisition of a cuguard lock during the operation
-  (through the errors layer's hook :data:`cuguard.errors._locks.on_acquire`; while that module
-  does not exist the dimension says it is unavailable, it never passes silently).
+  (through the errors layer's hook, :func:`cuguard.errors.lowlevel.set_acquire_hook`).
 
 Nothing fails, so each case must behave as the fault-free run: the operation succeeds with a
 result of the same kind, no ``CUDAWarning``, no unraisable exception, the same objects created
@@ -25,7 +24,6 @@ stops there (the hung thread holds locks).
 from __future__ import annotations
 
 import gc
-import importlib
 import random
 import sys
 import threading
@@ -39,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cuguard.errors import RESTORE_CONTEXT
+from cuguard.errors.lowlevel import set_acquire_hook
 from cuguard.testing._faults import FaultProxy
 from cuguard.testing._sweep import registry
 from cuguard.testing._sweep.registry import SIZE, Env, Scenario
@@ -52,7 +51,6 @@ __all__ = [
     "GcSweepResult",
     "Hang",
     "garbage_makers",
-    "lock_hook",
     "run_gc_sweep",
 ]
 
@@ -62,21 +60,13 @@ _MODES = {"call": "GC@call", "lock": "GC@lock"}
 #: The garbage group that holds a capture in progress: left out for an operation that cannot run beside
 #: one (CUDA refuses ``cuCtxSynchronize`` while a capture of the context is going on).
 CAPTURE = "builder mid-capture"
+#: The module of cuguard's locks: its frames are not where a lock is taken (see _acquirer).
+_LOCKS_MODULE = set_acquire_hook.__module__
 #: Seconds a case may take before it counts as a hang.
 HANG_SECONDS = 20.0
-_LOCKS_MODULE = "cuguard.errors._locks"
 
 #: Makes one group of garbage: dead objects held only by a reference cycle (returned, then dropped).
 GarbageMaker = Callable[[Env], Any]
-
-
-def lock_hook() -> Any:
-    """The module holding cuguard's lock hook ``on_acquire``, or ``None`` where it does not exist."""
-    try:
-        module = importlib.import_module(_LOCKS_MODULE)
-    except ImportError:
-        return None
-    return module if hasattr(module, "on_acquire") else None
 
 
 # --- garbage ----------------------------------------------------------------------------------
@@ -361,19 +351,17 @@ class _GcHooks(CaseHooks):
             self.unraisable.append(f"{info.exc_type.__name__}: {info.exc_value} (in {info.object!r})"[:400])
 
         sys.unraisablehook = unraisable
-        locks = lock_hook() if self.dimension in (None, "lock") else None
-        hook_before = locks.on_acquire if locks is not None else None
+        locks = self.dimension in (None, "lock")
         try:
             # The hook goes on once the driver is installed and off before it is removed: the
             # seam's own locks there are the sweep's doing, not the operation's.
             with env.errors.use_driver(self.driver):
-                if locks is not None:
-                    locks.on_acquire = lambda *args: _lock_point(self.trigger)
+                hook_before = set_acquire_hook(lambda: _lock_point(self.trigger)) if locks else None
                 try:
                     yield None
                 finally:
-                    if locks is not None:
-                        locks.on_acquire = hook_before
+                    if locks:
+                        set_acquire_hook(hook_before)
         finally:
             sys.unraisablehook = previous_hook
 
@@ -513,7 +501,6 @@ class GcSweepResult:
     sampled: bool
     total_cases: int
     dimensions: tuple[str, ...]
-    unavailable: dict[str, str] = field(default_factory=dict)  # dimension -> why it did not run
     hangs: list[Hang] = field(default_factory=list)
 
     @property
@@ -522,8 +509,8 @@ class GcSweepResult:
 
     @property
     def failed(self) -> bool:
-        """Whether the run must fail: a violation, a hang, or a requested dimension that could not run."""
-        return bool(self.violations or self.hangs or self.unavailable)
+        """Whether the run must fail: a violation or a hang."""
+        return bool(self.violations or self.hangs)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -532,7 +519,6 @@ class GcSweepResult:
             "sampled": self.sampled,
             "cases_available": self.total_cases,
             "dimensions": list(self.dimensions),
-            "unavailable": self.unavailable,
             "hangs": [asdict(h) for h in self.hangs],
             "scenarios": [
                 {
@@ -621,8 +607,7 @@ def run_gc_sweep(
 
     ``driver`` is ``"sim"`` (a fresh simulated driver per case) or ``"real"`` (the real driver
     through the fault proxy and its safety net). ``dimensions`` picks ``"call"`` and/or
-    ``"lock"`` points; a dimension that cannot run (the lock hook does not exist) is listed in
-    the result's ``unavailable`` and fails the run. ``sample`` runs that many cases picked with
+    ``"lock"`` points. ``sample`` runs that many cases picked with
     ``seed`` (one point of every operation and dimension first); ``None`` runs every case.
     ``garbage`` replaces the prepared garbage (:func:`garbage_makers`). A case running longer
     than ``timeout`` seconds is a :class:`Hang`: the sweep stops at the first one (in each
@@ -640,10 +625,7 @@ def run_gc_sweep(
     if match:
         chosen = [s for s in chosen if match in s.name]
     start = time.perf_counter()
-    unavailable: dict[str, str] = {}
-    if "lock" in dimensions and lock_hook() is None:
-        unavailable["lock"] = f"{_LOCKS_MODULE}.on_acquire does not exist: no lock acquisition can be swept"
-    spec = _Spec(driver, tuple(d for d in dimensions if d not in unavailable), contexts, timeout)
+    spec = _Spec(driver, tuple(dimensions), contexts, timeout)
     results = {s.name: GcScenarioResult(s.name, s.layer) for s in chosen}
     parallel = jobs > 1 and driver == "sim" and scenarios is None and garbage is None and len(chosen) > 1
     # Phase 1: every operation's recording run, in each context situation.
@@ -698,7 +680,6 @@ def run_gc_sweep(
         len(cases) < total or bool(hangs),
         total,
         tuple(dimensions),
-        unavailable,
         hangs,
     )
 

@@ -60,8 +60,6 @@ def format_gc_table(result: GcSweepResult, max_violations: int = 50) -> str:
     lines.append("-" * len(head))
     lines.append(f"{'total':<10} {totals[0]:>10} {totals[1]:>8} {totals[2]:>8} {totals[3]:>11} {totals[4]:>6}")
     lines.append(f"{result.seconds:.1f} s")
-    for dimension, why in result.unavailable.items():
-        lines.append(f"UNAVAILABLE: the {dimension} dimension did not run: {why}")
     for hang in result.hangs:
         lines.append("")
         lines.append(f"HANG (the sweep stopped there): {hang}")

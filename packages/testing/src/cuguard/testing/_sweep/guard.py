@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuguard.errors import RESTORE_CONTEXT, deferring_lock
+from cuguard.errors import RESTORE_CONTEXT
+from cuguard.errors.lowlevel import deferring_lock
 
 __all__ = ["SafetyDriver"]
 

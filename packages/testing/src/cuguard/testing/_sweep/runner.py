@@ -47,7 +47,6 @@ from typing import Any
 from cuguard.errors import (
     CUDAError,
     CUDAWarning,
-    defer,
     error_name,
     first_sticky_fault,
     flush_deferred,
@@ -56,6 +55,7 @@ from cuguard.errors import (
     install_driver,
     real_driver,
 )
+from cuguard.errors.lowlevel import defer
 from cuguard.testing import _faults
 from cuguard.testing._faults import DriverCall, FaultPlan, FaultProxy
 from cuguard.testing._sim import SimulatedCrash, SimulatedDriver

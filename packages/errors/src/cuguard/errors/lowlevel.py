@@ -1,0 +1,94 @@
+"""The interface of ``cuguard.errors`` for the layers built on it: what they may use beyond the user API.
+
+The layers above (``cuguard.context``, ``cuguard.resources``,
+``cuguard.graphs``, ``cuguard.testing``, the sweeps) and libraries that build
+their own layer on cuguard import these names from here and from nowhere else
+in this package; every other module of ``cuguard.errors`` whose name starts
+with an underscore is private and may change in any release. The names here
+follow the package's version: they change only in a minor release, and a
+patch release never removes or changes one.
+
+- Argument checks, one message style for every layer (E3): :func:`wrong_kind`
+  (the message of every check of an argument's kind), :func:`int_argument`
+  (integers, NumPy's too, within the driver type's range: :data:`SIZE_LIMIT`,
+  :data:`UINT_LIMIT`, :data:`INT_LIMIT`), :func:`is_integer`,
+  :func:`out_of_range`, :func:`status_argument`, :func:`is_driver_status`.
+- Ownership (O1, O5): :class:`Unique` (no copies, no pickles),
+  :func:`refuse_construction`, the release thread (:func:`defer`,
+  :func:`deferred_count`) and the marks of code running inside a CUDA
+  callback (:func:`enter_driver_callback`, :func:`exit_driver_callback`,
+  :func:`in_driver_callback`).
+- cuguard's one kind of lock, under which a garbage collection defers its
+  releases to the release thread (S2): :func:`deferring_lock`
+  (:class:`DeferringLock`), :func:`collection_deferred`.
+- What the layers keep per driver: :func:`driver_state`, :func:`forget_driver`,
+  :func:`on_driver_change`; the seam's route for a compiled fast path:
+  :func:`on_route_change`; the process's default driver:
+  :data:`DRIVER_VARIABLE`, :func:`default_driver_choice`.
+- Fault attribution's switch, read on each launch: :func:`attributing`.
+- For sweeps that collect garbage at each acquisition of a cuguard lock:
+  :func:`set_acquire_hook`.
+"""
+
+from __future__ import annotations
+
+from cuguard.errors._arguments import (
+    INT_LIMIT,
+    SIZE_LIMIT,
+    UINT_LIMIT,
+    int_argument,
+    is_driver_status,
+    is_integer,
+    out_of_range,
+    status_argument,
+)
+from cuguard.errors._locks import DeferringLock, collection_deferred, deferring_lock, set_acquire_hook
+from cuguard.errors._ownership import (
+    Unique,
+    defer,
+    deferred_count,
+    enter_driver_callback,
+    exit_driver_callback,
+    in_driver_callback,
+    refuse_construction,
+    wrong_kind,
+)
+from cuguard.errors._seam import (
+    DRIVER_VARIABLE,
+    default_driver_choice,
+    driver_state,
+    forget_driver,
+    on_driver_change,
+    on_route_change,
+)
+from cuguard.errors._sticky import attributing
+
+__all__ = [
+    "DRIVER_VARIABLE",
+    "INT_LIMIT",
+    "SIZE_LIMIT",
+    "UINT_LIMIT",
+    "DeferringLock",
+    "Unique",
+    "attributing",
+    "collection_deferred",
+    "default_driver_choice",
+    "defer",
+    "deferred_count",
+    "deferring_lock",
+    "driver_state",
+    "enter_driver_callback",
+    "exit_driver_callback",
+    "forget_driver",
+    "in_driver_callback",
+    "int_argument",
+    "is_driver_status",
+    "is_integer",
+    "on_driver_change",
+    "on_route_change",
+    "out_of_range",
+    "refuse_construction",
+    "set_acquire_hook",
+    "status_argument",
+    "wrong_kind",
+]
