@@ -98,7 +98,7 @@ from typing import Any
 from cuda.bindings import driver as cb
 
 from cuguard.testing._bindings import EDGE_DATA
-from cuguard.testing._sim.core import DEVICE_BASE, OK, SUCCESS, Status, api, h
+from cuguard.testing._sim.base import DEVICE_BASE, OK, SUCCESS, Status, api, h
 from cuguard.testing._sim.graphs import Graph, KernelSpec, Node, SimGraphs
 from cuguard.testing._sim.pools import SimPools
 from cuguard.testing._sim.queries import SimQueries

@@ -46,7 +46,7 @@ from typing import Any
 from cuda.bindings import driver as cb
 
 from cuguard.testing._bindings import EDGE_DATA
-from cuguard.testing._sim.core import SUCCESS, Status, api, h
+from cuguard.testing._sim.base import SUCCESS, Status, api, h
 from cuguard.testing._sim.graphs import Exec, Graph, Node, SimGraphs
 from cuguard.testing._sim.state import Ctx, Function, Op, Stream
 

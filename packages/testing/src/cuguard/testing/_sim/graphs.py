@@ -10,7 +10,8 @@ from typing import Any
 from cuda.bindings import driver as cb
 
 from cuguard.testing._bindings import EDGE_DATA
-from cuguard.testing._sim.core import DEVICE_BASE, OK, SUCCESS, SimCore, Status, api, h
+from cuguard.testing._sim.base import DEVICE_BASE, OK, SUCCESS, Status, api, h
+from cuguard.testing._sim.core import SimCore
 from cuguard.testing._sim.state import Alloc, Ctx, Event, Function, Stream
 
 __all__ = ["SimGraphs"]

@@ -43,7 +43,8 @@ from typing import Any
 
 from cuda.bindings import driver as cb
 
-from cuguard.testing._sim.core import OK, SUCCESS, SimCore, Status, api
+from cuguard.testing._sim.base import OK, SUCCESS, Status, api
+from cuguard.testing._sim.core import SimCore
 from cuguard.testing._sim.facts import FUNCTION_ATTRIBUTE_DEFAULTS
 from cuguard.testing._sim.state import Function
 

@@ -61,7 +61,8 @@ from typing import Any
 
 from cuda.bindings import driver as cb
 
-from cuguard.testing._sim.core import DEVICE_BASE, OK, SUCCESS, R, SimCore, Status, api, h
+from cuguard.testing._sim.base import DEVICE_BASE, OK, SUCCESS, R, Status, api, h
+from cuguard.testing._sim.core import SimCore
 from cuguard.testing._sim.state import Alloc, Ctx
 from cuguard.testing._sim.state import Event as SimEvent
 

@@ -13,7 +13,9 @@ from typing import Any
 
 from cuda.bindings import driver as cb
 
-from cuguard.testing._sim.core import OK, PCI_BUSES, SUCCESS, SimCore, Status, api
+from cuguard.testing._sim.attributes import PCI_BUSES
+from cuguard.testing._sim.base import OK, SUCCESS, Status, api
+from cuguard.testing._sim.core import SimCore
 from cuguard.testing._sim.facts import (
     FUNCTION_ATTRIBUTE_DEFAULTS,
     MANAGED_ATTACH_FLAGS,

@@ -17,7 +17,7 @@ from typing import Any
 
 from cuda.bindings import driver as cb
 
-from cuguard.testing._sim.core import OK, SUCCESS, Status, api, h
+from cuguard.testing._sim.base import OK, SUCCESS, Status, api, h
 from cuguard.testing._sim.graphs import CopySpec, Exec, KernelSpec, MemsetSpec, Node, SimGraphs
 
 __all__ = ["SimExecUpdates"]

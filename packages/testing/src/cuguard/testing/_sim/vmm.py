@@ -51,11 +51,10 @@ from cuda.bindings import driver as cb
 
 from cuguard.testing._bindings import BINDINGS_MAJOR
 from cuguard.testing._sim.accounting import LiveObject, SimulatedFault
-from cuguard.testing._sim.core import (
+from cuguard.testing._sim.base import (
     DEVICE_BASE,
     OK,
     SUCCESS,
-    SimCore,
     Status,
     _address_lock,
     _next_address,
@@ -63,6 +62,7 @@ from cuguard.testing._sim.core import (
     api,
     h,
 )
+from cuguard.testing._sim.core import SimCore
 from cuguard.testing._sim.state import Alloc, Stream
 
 __all__ = ["GRANULARITY", "Mapping", "Physical", "Reservation", "SimVmm"]
