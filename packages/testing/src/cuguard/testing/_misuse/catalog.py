@@ -17,6 +17,9 @@ or a closed one (E3) must be refused with ``ResourceClosedError``.
 from __future__ import annotations
 
 import gc
+import importlib
+import importlib.util
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FunctionType, SimpleNamespace
@@ -1459,12 +1462,22 @@ def _members(cls: type) -> list[str]:
 
 
 def public_callables(L: SimpleNamespace) -> list[str]:
-    """Every public callable of every layer: ``layer.function``, ``Class`` and ``Class.member``."""
+    """Every public callable of every layer: ``layer.function``, ``Class`` and ``Class.member``.
+
+    A layer's declared interface for the layers above (its ``lowlevel`` module) counts as public:
+    its names are keyed like the layer's own.
+    """
     names: set[str] = set()
     for layer in LAYERS:
         module = getattr(L, layer)
-        for name in module.__all__:
-            value = getattr(module, name)
+        spec = importlib.util.find_spec(f"{module.__name__}.lowlevel")
+        interface = None if spec is None else importlib.import_module(spec.name)
+        exported = [(module, name) for name in module.__all__]
+        exported += [(interface, name) for name in getattr(interface, "__all__", ())]
+        for owner, name in exported:
+            value = getattr(owner, name)
+            if isinstance(value, types.ModuleType):
+                continue
             if isinstance(value, type):
                 names.add(name)
                 names.update(f"{name}.{member}" for member in _members(value))
@@ -1586,6 +1599,46 @@ COVERAGE: dict[str, str] = {
     "resources.racecheck_enabled": "reads the race checker's flag (B7): no driver call, nothing to misuse",
     "DriverSeam": "the type of cuguard.errors.driver, the seam every driver call goes through; never constructed",
     "Unique": "step:copy",
+    # --- the layers' declared interfaces for the layers above (their lowlevel modules) ---
+    **_rows(
+        "a lock type the layers make with deferring_lock; its use is swept through every locked operation",
+        "DeferringLock",
+        "DeferringLock.acquire",
+        "DeferringLock.locked",
+        "DeferringLock.release",
+    ),
+    **_rows(
+        "the owner table graphs and captures keep; every graph and capture operation of the catalog fills it",
+        "OwnerTable",
+        "OwnerTable.copy",
+        "OwnerTable.keep",
+        "OwnerTable.merge",
+        "resources.retain",
+        "resources.split_written",
+        "resources.capture_began",
+        "resources.capture_ended",
+        "resources.capture_joined",
+        "resources.capture_left",
+        "resources.waiting_count",
+        "resources.graph_let_go",
+    ),
+    **_rows(
+        "registers a process-wide hook or observer for the life of the process; calling it would change every "
+        "later example",
+        "context.on_synchronized",
+        "errors.on_route_change",
+        "errors.set_acquire_hook",
+        "resources.add_close_guard",
+        "resources.follow_fastpath",
+    ),
+    **_rows(
+        "a step of cuguard's own operations (their switch, relaxed-mode or argument path), drawn through them",
+        "context.call_switched",
+        "resources.on_own_behalf",
+        "resources.unprohibited",
+        "resources.check_read_only",
+        "resources.memory_uses",
+    ),
     "errors.install_driver": "step:switch",
     **_rows(
         _SEAM,
