@@ -99,7 +99,8 @@ from cuda.bindings import driver as cb
 
 from cuguard.testing._bindings import EDGE_DATA
 from cuguard.testing._sim.base import DEVICE_BASE, OK, SUCCESS, Status, api, h
-from cuguard.testing._sim.graphs import Graph, KernelSpec, Node, SimGraphs
+from cuguard.testing._sim.graphs import SimGraphs
+from cuguard.testing._sim.graphstate import Graph, KernelSpec, Node
 from cuguard.testing._sim.pools import SimPools
 from cuguard.testing._sim.queries import SimQueries
 from cuguard.testing._sim.state import Event, Function, Stream

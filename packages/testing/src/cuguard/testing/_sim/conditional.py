@@ -47,7 +47,8 @@ from cuda.bindings import driver as cb
 
 from cuguard.testing._bindings import EDGE_DATA
 from cuguard.testing._sim.base import SUCCESS, Status, api, h
-from cuguard.testing._sim.graphs import Exec, Graph, Node, SimGraphs
+from cuguard.testing._sim.graphs import SimGraphs
+from cuguard.testing._sim.graphstate import Exec, Graph, Node
 from cuguard.testing._sim.state import Ctx, Function, Op, Stream
 
 __all__ = ["MAX_ITERATIONS", "SimConditional"]

@@ -18,7 +18,8 @@ from typing import Any
 from cuda.bindings import driver as cb
 
 from cuguard.testing._sim.base import OK, SUCCESS, Status, api, h
-from cuguard.testing._sim.graphs import CopySpec, Exec, KernelSpec, MemsetSpec, Node, SimGraphs
+from cuguard.testing._sim.graphs import SimGraphs
+from cuguard.testing._sim.graphstate import CopySpec, Exec, KernelSpec, MemsetSpec, Node
 
 __all__ = ["SimExecUpdates"]
 
