@@ -105,6 +105,8 @@ BINDINGS = {12: "cuda-bindings>=12.9,<13", 13: "cuda-bindings>=13,<14"}
 DEFAULT_BINDINGS_MAJOR = 13
 
 TESTING_DIST = "cuguard-testing"
+# cuguard's own sweeps of its contract: above every layer and cuguard-testing, unpublished.
+SWEEPS_DIST = "cuguard-sweeps"
 # The optional compiled fast path (a C extension): no layer depends on it, the README's install line
 # leaves it out, and its test session builds it and runs the layers' tests with it installed.
 FASTPATH_DIST = "cuguard-fastpath"
@@ -216,9 +218,10 @@ def _major_params() -> list[object]:
 def tests(session: nox.Session, layer: str, bindings: int) -> None:
     """Run one package's tests/ with only that package and the layers below it installed.
 
-    The testing package's tests get every layer: they test the plugin and the sweeps on cuguard
-    programs. The fast path's session builds its C extension (a wheel, not editable), installs it
-    beside every runtime layer, runs its own tests (the compiled path against a no-op driver
+    The testing package's tests get every runtime layer: they test the simulator and the plugin
+    on cuguard programs. The sweeps package depends on every layer and cuguard-testing. The fast
+    path's session builds its C extension (a wheel, not editable), installs it beside every
+    runtime layer, runs its own tests (the compiled path against a no-op driver
     library built from ``packages/fastpath/tests/stub``), then the context, resources and graphs
     tests with the extension importable (on the simulated driver those take the Python path).
     """
@@ -229,9 +232,9 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
     wanted = [package.dist] + ([TESTING_DIST] if TESTING_DIST in PACKAGES else [])
     if layer == "testing":
         # cuguard-testing itself depends on the errors layer only (import-linter checks that in
-        # lint), but its tests drive every layer through the simulator: the plugin, the leak
-        # checks and the sweeps are tested on real cuguard programs.
-        wanted = [p.dist for p in PACKAGES.values()]
+        # lint), but its tests drive every runtime layer through the simulator: the plugin and
+        # the leak checks are tested on real cuguard programs.
+        wanted = [p.dist for p in PACKAGES.values() if p.dist not in {SWEEPS_DIST, *OPTIONAL_DISTS}]
     installed = _closure(wanted)
     # Where the resources layer is installed, tests compile kernels (Program) with no GPU: they
     # need the compiler and linker libraries of the cuda-bindings major under test.
@@ -312,7 +315,8 @@ def install(session: nox.Session) -> None:
     session.install("pip")  # the README's line uses pip (the session's environment may come from uv)
     session.chdir(ROOT)
     session.run("python", "-m", "pip", "install", "--quiet", *args)
-    layers = ", ".join(f"cuguard.{p.layer}" for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS)
+    # Every package the README installs: all but the optional fast path and the unpublished sweeps.
+    layers = ", ".join(f"cuguard.{p.layer}" for p in PACKAGES.values() if p.dist not in {SWEEPS_DIST, *OPTIONAL_DISTS})
     session.run("python", "-c", f"import {layers}; print('imported', {layers!r})")
 
 
@@ -378,11 +382,11 @@ def sweep(session: nox.Session) -> None:
     sample, ``-- --match Stream`` for some operations (every case of them when there are fewer
     than the sample). Fails on any violation.
     """
-    wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
+    wanted = [SWEEPS_DIST]
     _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
     # The registry covers every public callable of every layer (its test fails otherwise); the
-    # sweep's other tests run in the testing package's sessions.
-    tests = BY_LAYER["testing"].path / "tests" / "test_sweep.py"
+    # sweep's other tests run in the sweeps package's sessions.
+    tests = BY_LAYER["sweeps"].path / "tests" / "test_sweep.py"
     session.run("pytest", "-q", str(tests), "-k", "every_public_callable or registry_names")
     tmp = Path(session.create_tmp()).resolve()
     tmp.mkdir(parents=True, exist_ok=True)
@@ -403,9 +407,9 @@ def gcsweep(session: nox.Session) -> None:
     for every case, ``-- --sample 300 --seed 3`` for another sample, ``-- --match Stream`` for some
     operations. Fails on any violation or hang.
     """
-    wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
+    wanted = [SWEEPS_DIST]
     _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
-    session.run("pytest", "-q", str(BY_LAYER["testing"].path / "tests" / "test_gc_sweep.py"))
+    session.run("pytest", "-q", str(BY_LAYER["sweeps"].path / "tests" / "test_gc_sweep.py"))
     tmp = Path(session.create_tmp()).resolve()
     tmp.mkdir(parents=True, exist_ok=True)
     args = [*GC_SWEEP_SAMPLE, *session.posargs]
@@ -424,7 +428,7 @@ def misuse(session: nox.Session) -> None:
     (``-- --examples 1000 --steps 80 --seed 7`` for a longer seeded run, ``-- --shrink`` to
     stop at the first failing example and shrink it). Fails on any violation.
     """
-    wanted = [dist for dist in ("cuguard-graphs", TESTING_DIST) if dist in PACKAGES]
+    wanted = [SWEEPS_DIST]
     _install_local(
         session,
         _closure(wanted),
@@ -443,7 +447,7 @@ def misuse(session: nox.Session) -> None:
         args += ["--json", str(out)]
     # The sweep first (its table and reproducers are the report), then its own tests, then the verdict.
     session.run("python", str(ROOT / "scripts" / "misuse"), "--quiet", *args, success_codes=[0, 1])
-    session.run("pytest", "-q", str(BY_LAYER["testing"].path / "tests" / "test_misuse.py"))
+    session.run("pytest", "-q", str(BY_LAYER["sweeps"].path / "tests" / "test_misuse.py"))
     found = json.loads(out.read_text("utf-8"))
     if found["violations"] or found["crashes"]:
         session.error(f"the misuse sweep found {found['violations']} violation(s) and {found['crashes']} crash(es)")
@@ -461,8 +465,8 @@ def contract(session: nox.Session, bindings: int) -> None:
     meta-package and ``tests/`` runs on the simulated driver, once per cuda-bindings major
     (with that major's compiler and linker libraries). Arguments after ``--`` go to pytest.
     """
-    layers = [p for p in PACKAGES.values() if p.dist != TESTING_DIST and p.dist not in OPTIONAL_DISTS]
-    testing = _closure([TESTING_DIST])
+    layers = [p for p in PACKAGES.values() if p.dist not in {TESTING_DIST, SWEEPS_DIST, *OPTIONAL_DISTS}]
+    testing = _closure([SWEEPS_DIST])
     extra = [
         str(ROOT),
         BINDINGS[bindings],

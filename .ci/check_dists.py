@@ -11,7 +11,8 @@ meta-package (``nox -s build`` puts them there). Checks, for each distribution i
   ``project.version``);
 - every ``cuguard-*`` requirement in the wheel's METADATA names a package of the tree
   and its specifier is satisfied by that package's in-tree version;
-- the meta-package requires every runtime layer (every package but cuguard-testing)
+- the meta-package requires every runtime layer (every package but cuguard-testing, cuguard-sweeps
+  and cuguard-fastpath)
   and ships no code; each layer's wheel ships ``cuguard/<layer>/__init__.py`` and
   ``py.typed`` and no ``cuguard/__init__.py`` (``cuguard`` is a namespace package).
 
@@ -33,9 +34,9 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-# Not required by the meta-package: the test tools, and the optional compiled fast path (every layer
-# works without it; see packages/fastpath/README.md).
-NOT_RUNTIME = {"cuguard-testing", "cuguard-fastpath"}
+# Not required by the meta-package: the test tools, cuguard's own sweeps (unpublished), and the optional
+# compiled fast path (every layer works without it; see packages/fastpath/README.md).
+NOT_RUNTIME = {"cuguard-testing", "cuguard-fastpath", "cuguard-sweeps"}
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 

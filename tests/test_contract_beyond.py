@@ -13,6 +13,7 @@ from cuguard.context import Context
 from cuguard.errors import CUDAError, CUDAWarning
 from cuguard.graphs import GraphDefinition
 from cuguard.resources import Device, Kernel, LaunchConfig, Stream, launch
+from cuguard.sweeps import run_misuse_sweep, run_sweep
 from cuguard.testing import (
     FaultPlan,
     SimulatedDriver,
@@ -20,8 +21,6 @@ from cuguard.testing import (
     inject,
     leak_check,
     restore_fault,
-    run_misuse_sweep,
-    run_sweep,
     sticky,
 )
 from cuguard.testing.plugin import Faults

@@ -9,7 +9,7 @@ from typing import Any
 
 from cuda.bindings import driver as B
 
-from cuguard.testing._bindings import add_dependencies, remove_dependencies
+from cuguard.testing.lowlevel import add_dependencies, remove_dependencies
 from differential.common import (
     HostFunction,
     Obs,

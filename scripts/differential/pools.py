@@ -20,7 +20,7 @@ from typing import Any
 
 from cuda.bindings import driver as B
 
-from cuguard.testing._bindings import ctx_create
+from cuguard.testing.lowlevel import ctx_create
 from differential.common import (
     Obs,
     Setup,

@@ -10,7 +10,7 @@ from typing import Any
 
 from cuda.bindings import driver as B
 
-from cuguard.testing._bindings import BINDINGS_MAJOR
+from cuguard.testing.lowlevel import BINDINGS_MAJOR
 from differential.common import (
     A,
     Obs,

@@ -32,7 +32,7 @@ from cuguard.errors import CUDADriverNotFoundError, flush_deferred, use_driver
 from cuguard.errors.lowlevel import collection_deferred, deferring_lock, enter_driver_callback, exit_driver_callback
 from cuguard.resources import Device, Module, ObjectCode
 from cuguard.testing import SimulatedDriver, record_calls, register_stand_in, remove_stand_in
-from cuguard.testing._sweep.guard import SafetyDriver
+from cuguard.testing.lowlevel import SafetyDriver
 
 BOUND = 60.0  # seconds: the operations take milliseconds; only a hang reaches this
 

@@ -15,10 +15,10 @@ import pytest
 # (the package's own test session) it is skipped here and run by `nox -s gcsweep`.
 pytest.importorskip("cuguard.graphs")
 
-from cuguard.testing._sweep import gc_points
-from cuguard.testing._sweep.gc_points import Env, _sample, garbage_makers, run_gc_sweep
-from cuguard.testing._sweep.gc_report import format_gc_table, main
-from cuguard.testing._sweep.registry import Scenario, scenarios, with_stream
+from cuguard.sweeps._failpoints import gc_points
+from cuguard.sweeps._failpoints.gc_points import Env, _sample, garbage_makers, run_gc_sweep
+from cuguard.sweeps._failpoints.gc_report import format_gc_table, main
+from cuguard.sweeps._failpoints.registry import Scenario, scenarios, with_stream
 
 
 class _Locked:

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("cuguard.graphs")
 pytest.importorskip("hypothesis")
 
-from cuguard.testing import MisuseResult, run_misuse_sweep
-from cuguard.testing._misuse import main
+from cuguard.sweeps import MisuseResult, run_misuse_sweep
+from cuguard.sweeps._misuse import main
 
 
 def _report(result: MisuseResult) -> str:

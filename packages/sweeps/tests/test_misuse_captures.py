@@ -11,11 +11,11 @@ import pytest
 # The sweep exercises every layer (see test_misuse.py).
 pytest.importorskip("cuguard.graphs")
 
-from cuguard.testing import MisuseResult, run_misuse_sweep
-from cuguard.testing._misuse import captures, session
-from cuguard.testing._misuse.catalog import COVERAGE, Op, build_ops, coverage_problems, public_callables
-from cuguard.testing._misuse.model import layers
-from cuguard.testing._misuse.steps import STEPS
+from cuguard.sweeps import MisuseResult, run_misuse_sweep
+from cuguard.sweeps._misuse import captures, session
+from cuguard.sweeps._misuse.catalog import COVERAGE, Op, build_ops, coverage_problems, public_callables
+from cuguard.sweeps._misuse.model import layers
+from cuguard.sweeps._misuse.steps import STEPS
 
 
 def _report(result: MisuseResult) -> str:

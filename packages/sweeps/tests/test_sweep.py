@@ -14,7 +14,7 @@ import pytest
 # (the package's own test session) it is skipped here and run by `nox -s sweep`.
 pytest.importorskip("cuguard.graphs")
 
-from cuguard.testing.sweep import LAYERS, NO_DRIVER_CALL, format_table, main, run_sweep, scenarios, write_json
+from cuguard.sweeps.failpoints import LAYERS, NO_DRIVER_CALL, format_table, main, run_sweep, scenarios, write_json
 
 
 def _public_callables(layer: str) -> set[str]:
@@ -51,7 +51,7 @@ def test_every_public_callable_is_swept_or_listed(layer: str) -> None:
     covered = {key for scenario in scenarios() for key in scenario.covers}
     missing = sorted(_public_callables(layer) - covered - set(NO_DRIVER_CALL))
     assert not missing, (
-        "public callables neither in the sweep registry (cuguard.testing._sweep.registry) nor listed in "
+        "public callables neither in the sweep registry (cuguard.sweeps._failpoints.registry) nor listed in "
         f"NO_DRIVER_CALL: {missing}"
     )
 
@@ -82,7 +82,7 @@ def test_sweep_of_an_operation_finds_no_violation(match: str) -> None:
 @pytest.mark.contract("B5")
 def test_sweep_reports_a_violation_it_is_shown() -> None:
     # A scenario that swallows the failure it is given must be reported (E1), with k, code and call.
-    from cuguard.testing._sweep.registry import Scenario, dev_only
+    from cuguard.sweeps._failpoints.registry import Scenario, dev_only
 
     def swallow(env: object, s: object) -> None:
         with contextlib.suppress(Exception):  # swallowing the failure is the point of the test
@@ -119,8 +119,8 @@ def test_sampling_is_seeded() -> None:
 def test_a_sample_fails_every_operation_in_every_mode_first() -> None:
     # One operation with a thousand failure points in one mode, another with one point in another
     # mode: a sample of two holds both (a uniform sample would almost never pick the second).
-    from cuguard.testing._sweep.registry import Scenario, dev_only
-    from cuguard.testing._sweep.runner import _stratified_sample
+    from cuguard.sweeps._failpoints.registry import Scenario, dev_only
+    from cuguard.sweeps._failpoints.runner import _stratified_sample
 
     def body(env: object, s: object) -> None:
         pass

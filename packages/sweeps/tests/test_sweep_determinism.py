@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("cuguard.graphs")
 
-from cuguard.testing._sweep import registry, runner
-from cuguard.testing.sweep import MODES, format_table, main, run_sweep, write_json
+from cuguard.sweeps._failpoints import registry, runner
+from cuguard.sweeps.failpoints import MODES, format_table, main, run_sweep, write_json
 
 pytestmark = pytest.mark.contract("B5")
 

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("cuda.bindings")
 
-from cuguard.testing._sweep.guard import SafetyDriver
+from cuguard.testing._guard import SafetyDriver
 
 _ADDRESS = 0x7F00_0000_0200
 _POOL = 0x5000

@@ -1,11 +1,11 @@
 """The failure-point sweep (contract B5): every public operation x every driver call x each failure.
 
 Run it with ``nox -s sweep`` (a fixed, seeded sample; ``-- --full`` for every
-case), ``scripts/sweep``, or ``python -m cuguard.testing.sweep``::
+case), ``scripts/sweep``, or ``python -m cuguard.sweeps.failpoints``::
 
-    python -m cuguard.testing.sweep --full --json sweep.json
-    python -m cuguard.testing.sweep --driver real --json sweep-gpu.json   # on a GPU
-    python -m cuguard.testing.sweep --driver sim-persistent   # one simulator for every case, as a GPU
+    python -m cuguard.sweeps.failpoints --full --json sweep.json
+    python -m cuguard.sweeps.failpoints --driver real --json sweep-gpu.json   # on a GPU
+    python -m cuguard.sweeps.failpoints --driver sim-persistent   # one simulator for every case, as a GPU
 
 :func:`run_sweep` returns a :class:`SweepResult`; :func:`format_table` renders
 the per-layer table. The registry of operations and the list of public
@@ -20,9 +20,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from cuguard.testing._sweep.registry import LAYERS, NO_DRIVER_CALL, Scenario, scenarios
-from cuguard.testing._sweep.report import format_table, write_json
-from cuguard.testing._sweep.runner import (
+from cuguard.sweeps._failpoints.registry import LAYERS, NO_DRIVER_CALL, Scenario, scenarios
+from cuguard.sweeps._failpoints.report import format_table, write_json
+from cuguard.sweeps._failpoints.runner import (
     CONTEXTS,
     DRIVERS,
     MODES,

@@ -14,13 +14,11 @@
   :class:`DevicePointer`); a kernel with none raises :class:`MissingStandInError`.
 - :func:`nothing_left_behind` asserts that a block created nothing, leaked
   nothing and left nothing dangling.
-- :func:`run_sweep` runs the failure-point sweep (every public operation x every
-  driver call it makes x each failure), also as ``python -m cuguard.testing.sweep``.
-- :func:`run_misuse_sweep` runs the misuse sweep (a stateful random exploration of
-  the whole public API with every kind of wrong argument, copies, closes,
-  collections, driver switches, threads, callbacks and faults, checked after
-  every step), returning a :class:`MisuseResult`; also ``python -m cuguard.testing._misuse``.
 - The pytest plugin (:mod:`cuguard.testing.plugin`) is registered automatically.
+
+It depends on ``cuguard.errors`` alone. cuguard's own sweeps of its contract over
+every layer are ``cuguard.sweeps``; what tools built on this package may use
+beyond its user API is :mod:`cuguard.testing.lowlevel`.
 """
 
 from __future__ import annotations
@@ -34,8 +32,6 @@ from cuguard.testing._faults import leak_check as leak_check
 from cuguard.testing._faults import record_calls as record_calls
 from cuguard.testing._faults import restore_fault as restore_fault
 from cuguard.testing._faults import sticky as sticky
-from cuguard.testing._misuse import MisuseResult as MisuseResult
-from cuguard.testing._misuse import run_misuse_sweep as run_misuse_sweep
 from cuguard.testing._sim import DevicePointer as DevicePointer
 from cuguard.testing._sim import KernelLaunch as KernelLaunch
 from cuguard.testing._sim import LiveObject as LiveObject
@@ -47,9 +43,6 @@ from cuguard.testing._sim import register_stand_in as register_stand_in
 from cuguard.testing._sim import remove_stand_in as remove_stand_in
 from cuguard.testing._sim import simulated_driver as simulated_driver
 from cuguard.testing._sim import stand_in as stand_in
-from cuguard.testing.sweep import SweepResult as SweepResult
-from cuguard.testing.sweep import Violation as Violation
-from cuguard.testing.sweep import run_sweep as run_sweep
 
 __all__ = [
     "DevicePointer",
@@ -59,11 +52,8 @@ __all__ = [
     "KernelLaunch",
     "LiveObject",
     "MissingStandInError",
-    "MisuseResult",
     "SimulatedCrash",
     "SimulatedDriver",
-    "SweepResult",
-    "Violation",
     "deinitialized",
     "inject",
     "leak_check",
@@ -72,8 +62,6 @@ __all__ = [
     "register_stand_in",
     "remove_stand_in",
     "restore_fault",
-    "run_misuse_sweep",
-    "run_sweep",
     "simulated_driver",
     "stand_in",
     "sticky",

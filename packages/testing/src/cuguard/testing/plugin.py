@@ -15,8 +15,7 @@
   it) in its own ``filterwarnings`` turns this off.
 - Fixtures: ``cuguard_driver`` (the driver of the run, installed for the test),
   ``sim`` (always a fresh simulated driver, installed for the test),
-  ``cuguard_faults`` (fault plans that last until the end of the test),
-  ``no_memory_leaks`` (fails a test that leaves cuguard memory allocated).
+  ``cuguard_faults`` (fault plans that last until the end of the test).
 - ``@pytest.mark.contract("G1", ...)`` names the contract clauses a test proves;
   the end of the run prints which clauses were exercised, on which driver, and
   ``--cuguard-summary=FILE`` writes the same as JSON.
@@ -32,19 +31,14 @@
   raised, or the real driver's sticky-fault failure above).
 - ``@pytest.mark.leak_check`` (or ``--cuguard-leak-check`` for every test)
   fails a test that leaves driver objects behind, on either driver.
-- ``--cuguard-racecheck`` turns cuguard's race checker on for the run (contract
-  B7; it sets ``CUGUARD_RACECHECK=1`` for code that reads it): a test during
-  which two operations race fails with the ``RaceWarning`` naming both, raised
-  by the operation that completed the race (from a host function or a
-  collection, through the unraisable hook as above), also when the project's
-  ini ignores ``CUDAWarning`` (a ``-W`` on the command line has the last word).
-  Needs cuguard-resources.
+- cuguard-resources adds its own plugin to these options and fixtures
+  (:mod:`cuguard.resources.pytest_plugin`): ``--cuguard-racecheck`` and the
+  ``no_memory_leaks`` fixture. This plugin needs ``cuguard.errors`` alone.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import os
 import sys
@@ -93,12 +87,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail every test that leaves CUDA driver objects behind",
     )
     group.addoption("--cuguard-summary", default=None, help="write the contract-clause summary as JSON to this file")
-    group.addoption(
-        "--cuguard-racecheck",
-        action="store_true",
-        default=False,
-        help="turn cuguard's race checker on for the run: a test in which two operations race fails",
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,8 +100,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if not any("CUDAWarning" in line for line in own):
         config.addinivalue_line("filterwarnings", "error::cuguard.errors.CUDAWarning")
     config.stash[_RESULTS_KEY] = {}
-    if config.getoption("--cuguard-racecheck"):
-        _racecheck_on(config)
     chosen = config.getoption("--cuguard-driver")
     if chosen is not None:
         given = os.environ.get(DRIVER_VARIABLE, "").strip().lower()
@@ -124,28 +110,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # Not on the command line: CUGUARD_DRIVER decides when it is set, else the simulator.
         given = os.environ.get(DRIVER_VARIABLE, "").strip().lower()
         config.option.cuguard_driver = "real" if given == default_driver_choice() == "real" else "sim"
-
-
-_RACECHECK_KEY = pytest.StashKey[ExitStack]()
-
-
-def _racecheck_on(config: pytest.Config) -> None:
-    """``--cuguard-racecheck``: the race checker on until the run ends, and a race an error in every test."""
-    try:  # imported at run time: the testing layer depends on cuguard.errors only (import-linter)
-        resources = importlib.import_module("cuguard.resources")
-    except ImportError as exc:
-        raise pytest.UsageError(f"--cuguard-racecheck needs cuguard-resources ({exc})") from None
-    os.environ["CUGUARD_RACECHECK"] = "1"
-    stack = ExitStack()
-    stack.enter_context(resources.racecheck())
-    config.stash[_RACECHECK_KEY] = stack
-    config.addinivalue_line("filterwarnings", "error::cuguard.resources.RaceWarning")
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    stack = config.stash.get(_RACECHECK_KEY, None)
-    if stack is not None:
-        stack.close()
 
 
 def _driver_name(config: pytest.Config) -> str:
@@ -276,38 +240,6 @@ def cuguard_driver(request: pytest.FixtureRequest) -> Iterator[Any]:
             assert not created, f"driver objects left behind: {created}"
     finally:
         _faults._release(proxy)
-
-
-def _memory_keys() -> set[tuple[str, int, int, str]]:
-    # Imported at call time: the testing layer depends on cuguard.errors only (import-linter).
-    resources = importlib.import_module("cuguard.resources")
-    return {(r.kind, r.address, r.size, r.source) for r in resources.memory_in_use()}
-
-
-@pytest.fixture
-def no_memory_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail the test if it leaves cuguard memory allocated (``cuguard.resources.memory_in_use``).
-
-    Memory held before the test is not counted. After the test, garbage is
-    collected (so dropped buffers are freed, and reported if their release
-    fails) and every buffer still holding memory that the test allocated is
-    listed in the failure: something still references it (a cache, a
-    global, a closure). Use it with ``@pytest.mark.usefixtures("no_memory_leaks")``
-    or as a test argument; it works on either driver. The driver fixture the test uses
-    (``sim``, ``cuguard_driver``) is set up before it and torn down after the check, so that
-    memory left on a simulator is still seen.
-    """
-    for name in ("sim", "cuguard_driver"):
-        if name in request.fixturenames:
-            request.getfixturevalue(name)
-    before = _memory_keys()
-    yield
-    resources = importlib.import_module("cuguard.resources")
-    report = resources.memory_in_use()
-    left = [r for r in report if (r.kind, r.address, r.size, r.source) not in before]
-    if left:
-        listing = "\n".join(f"  {record}" for record in left)
-        pytest.fail(f"the test left {sum(r.size for r in left)} bytes of cuguard memory allocated:\n{listing}")
 
 
 @pytest.fixture

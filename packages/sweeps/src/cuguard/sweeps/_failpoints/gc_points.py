@@ -38,10 +38,10 @@ from typing import Any
 
 from cuguard.errors import RESTORE_CONTEXT
 from cuguard.errors.lowlevel import set_acquire_hook
-from cuguard.testing._faults import FaultProxy
-from cuguard.testing._sweep import registry
-from cuguard.testing._sweep.registry import SIZE, Env, Scenario
-from cuguard.testing._sweep.runner import CONTEXTS, CaseHooks, Violation, _run_case, _Runtime
+from cuguard.sweeps._failpoints import registry
+from cuguard.sweeps._failpoints.registry import SIZE, Env, Scenario
+from cuguard.sweeps._failpoints.runner import CONTEXTS, CaseHooks, Violation, _run_case, _Runtime
+from cuguard.testing import FaultProxy
 
 __all__ = [
     "DIMENSIONS",

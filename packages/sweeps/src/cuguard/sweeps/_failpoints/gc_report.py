@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cuguard.testing._sweep.gc_points import DIMENSIONS, HANG_SECONDS, GcSweepResult, run_gc_sweep
-from cuguard.testing._sweep.registry import LAYERS
+from cuguard.sweeps._failpoints.gc_points import DIMENSIONS, HANG_SECONDS, GcSweepResult, run_gc_sweep
+from cuguard.sweeps._failpoints.registry import LAYERS
 
 __all__ = ["DEFAULT_SEED", "format_gc_table", "main", "write_gc_json"]
 

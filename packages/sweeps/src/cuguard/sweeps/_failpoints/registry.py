@@ -3,11 +3,7 @@
 A :class:`Scenario` builds what the operation needs (its *set-up*), then makes
 exactly one public call (its *operation*). The sweep records the driver calls
 of the operation and fails each of them in turn (see
-:mod:`cuguard.testing._sweep.runner`).
-
-cuguard.testing may import only cuguard.errors (import-linter enforces it), so
-the upper layers are imported here at call time with :func:`importlib.import_module`,
-and this module is itself imported only by the runner, when a sweep runs.
+:mod:`cuguard.sweeps._failpoints.runner`).
 
 :data:`NO_DRIVER_CALL` lists the public callables that make no driver call,
 each with the reason; ``tests/test_sweep.py`` checks that every public callable
@@ -18,11 +14,15 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
+
+import cuguard.context as _context_layer
+import cuguard.errors as _errors_layer
+import cuguard.graphs as _graphs_layer
+import cuguard.resources as _resources_layer
 
 __all__ = ["LAYERS", "NO_DRIVER_CALL", "Env", "Scenario", "scenarios"]
 
@@ -90,10 +90,10 @@ class Env:
     sim: Any = None
 
     def __post_init__(self) -> None:
-        self.errors = importlib.import_module("cuguard.errors")
-        self.context = importlib.import_module("cuguard.context")
-        self.resources = importlib.import_module("cuguard.resources")
-        self.graphs = importlib.import_module("cuguard.graphs")
+        self.errors = _errors_layer
+        self.context = _context_layer
+        self.resources = _resources_layer
+        self.graphs = _graphs_layer
 
     def own(self, obj: Any) -> Any:
         """Release ``obj`` (``close()`` or a callable) at the end of the case; return it."""
@@ -928,14 +928,14 @@ def _build() -> list[Scenario]:
     add(G + "Graph.__del__", detached_exec, _release("exec"), kind="warn", releases=True)
 
     # --- resources: memory resources (registry_memory) ---------------------------------------
-    from cuguard.testing._sweep import registry_memory
+    from cuguard.sweeps._failpoints import registry_memory
 
     out.extend(registry_memory.vmm_scenarios())
     out.extend(registry_memory.pool_scenarios())
     out.extend(registry_memory.view_scenarios())
 
     # --- graphs: stream capture and the newer graph operations (registry_graphs) --------------
-    from cuguard.testing._sweep import registry_graphs
+    from cuguard.sweeps._failpoints import registry_graphs
 
     out.extend(registry_graphs.capture_scenarios())
     out.extend(registry_graphs.conditional_scenarios())
@@ -1113,10 +1113,10 @@ for _key in (
 
 
 def _merge_memory() -> None:
-    from cuguard.testing._sweep import registry_memory
+    from cuguard.sweeps._failpoints import registry_memory
 
     NO_DRIVER_CALL.update(registry_memory.NO_DRIVER_CALL_MEMORY)
-    from cuguard.testing._sweep import registry_graphs
+    from cuguard.sweeps._failpoints import registry_graphs
 
     NO_DRIVER_CALL.update(registry_graphs.NO_DRIVER_CALL_GRAPHS)
 

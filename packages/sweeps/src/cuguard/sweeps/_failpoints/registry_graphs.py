@@ -1,4 +1,4 @@
-"""The sweep's scenarios of the graph layer's newer operations (see :mod:`cuguard.testing._sweep.registry`).
+"""The sweep's scenarios of the graph layer's newer operations (see :mod:`cuguard.sweeps._failpoints.registry`).
 
 Each function returns the scenarios of one group of operations; ``registry._build()``
 adds them. :data:`NO_DRIVER_CALL_GRAPHS` lists the public callables of these groups
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from cuguard.testing._sweep.registry import SIZE, Env, Scenario, with_module
+from cuguard.sweeps._failpoints.registry import SIZE, Env, Scenario, with_module
 
 __all__ = ["NO_DRIVER_CALL_GRAPHS", "capture_scenarios", "conditional_scenarios", "update_scenarios"]
 
@@ -228,7 +228,7 @@ _G = "graphs."
 
 def _with_condition(env: Env) -> SimpleNamespace:
     """The definition of ``with_graph`` and a condition of it that no node uses yet."""
-    from cuguard.testing._sweep.registry import with_graph
+    from cuguard.sweeps._failpoints.registry import with_graph
 
     s = with_graph(env)
     s.cond = s.g.create_condition(0)
@@ -256,7 +256,7 @@ def _with_conditional_exec(env: Env) -> SimpleNamespace:
 
 def _probe_conditional(env: Env, s: Any) -> None:
     """Every condition of the case gets a node, then the definition takes a node, loses it and instantiates."""
-    from cuguard.testing._sweep.registry import _probe_graph
+    from cuguard.sweeps._failpoints.registry import _probe_graph
 
     g = s.g
     for name in ("cond", "on"):
@@ -289,7 +289,7 @@ def _exec_probe(env: Env, s: Any) -> None:
 
 def conditional_scenarios() -> list[Scenario]:
     """Condition handles, the conditional builders, body builders, and running conditional graphs."""
-    from cuguard.testing._sweep.registry import _graph_state, with_graph
+    from cuguard.sweeps._failpoints.registry import _graph_state, with_graph
 
     out: list[Scenario] = []
     add = _adder(out)
@@ -332,7 +332,7 @@ def conditional_scenarios() -> list[Scenario]:
 
 def _with_exec_nodes(env: Env) -> SimpleNamespace:
     """An executable graph with a node of every kind that takes per-node changes."""
-    from cuguard.testing._sweep.registry import with_module
+    from cuguard.sweeps._failpoints.registry import with_module
 
     s = with_module(env)
     s.event = env.own(s.dev.create_event())
@@ -354,7 +354,7 @@ def _with_exec_nodes(env: Env) -> SimpleNamespace:
 
 
 def _with_instantiated_kernel(env: Env) -> SimpleNamespace:
-    from cuguard.testing._sweep.registry import with_graph
+    from cuguard.sweeps._failpoints.registry import with_graph
 
     s = with_graph(env)
     s.k = s.a.launch(s.config, s.kernel, s.buf, 1, SIZE)
@@ -363,7 +363,7 @@ def _with_instantiated_kernel(env: Env) -> SimpleNamespace:
 
 
 def _probe_instantiated(env: Env, s: Any) -> None:
-    from cuguard.testing._sweep.registry import _probe_graph
+    from cuguard.sweeps._failpoints.registry import _probe_graph
 
     _probe_graph(env, s)
     _exec_probe(env, s)
@@ -371,7 +371,7 @@ def _probe_instantiated(env: Env, s: Any) -> None:
 
 def update_scenarios() -> list[Scenario]:
     """Graph.set_* and enable/disable, and Node.set_params once an executable graph shares the payload."""
-    from cuguard.testing._sweep.registry import _graph_state
+    from cuguard.sweeps._failpoints.registry import _graph_state
 
     out: list[Scenario] = []
     add = _adder(out)

@@ -1,4 +1,4 @@
-"""The sweep's scenarios of the memory resources (see :mod:`cuguard.testing._sweep.registry`).
+"""The sweep's scenarios of the memory resources (see :mod:`cuguard.sweeps._failpoints.registry`).
 
 Each function returns the scenarios of one group of resources; ``registry._build()``
 adds them. :data:`NO_DRIVER_CALL_MEMORY` lists the public callables of these
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from cuguard.testing._sweep.registry import SIZE, Env, Scenario, _ctx_probe, dev_fresh, dev_only, with_stream
+from cuguard.sweeps._failpoints.registry import SIZE, Env, Scenario, _ctx_probe, dev_fresh, dev_only, with_stream
 
 __all__ = ["NO_DRIVER_CALL_MEMORY", "pool_scenarios", "view_scenarios", "vmm_scenarios"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cuguard.testing._sweep.registry import LAYERS
-from cuguard.testing._sweep.runner import SweepResult
+from cuguard.sweeps._failpoints.registry import LAYERS
+from cuguard.sweeps._failpoints.runner import SweepResult
 
 __all__ = ["format_table", "write_json"]
 

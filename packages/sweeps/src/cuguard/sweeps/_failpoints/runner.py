@@ -1,6 +1,6 @@
 """The failure-point sweep: every operation x every driver call it makes x each failure mode.
 
-For each :class:`~cuguard.testing._sweep.registry.Scenario` and each context
+For each :class:`~cuguard.sweeps._failpoints.registry.Scenario` and each context
 situation (no context current; another context current, so that operations
 must switch and restore), the runner first runs the operation with no fault and
 records its driver calls. It then re-runs the scenario from scratch (a fresh
@@ -34,7 +34,6 @@ is waited for before the operation's recording ends).
 from __future__ import annotations
 
 import gc
-import importlib
 import random
 import time
 import types
@@ -44,6 +43,8 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import cuguard.context as _context_layer
+import cuguard.resources as _resources_layer
 from cuguard.errors import (
     CUDAError,
     CUDAWarning,
@@ -56,13 +57,10 @@ from cuguard.errors import (
     real_driver,
 )
 from cuguard.errors.lowlevel import defer
-from cuguard.testing import _faults
-from cuguard.testing._faults import DriverCall, FaultPlan, FaultProxy
-from cuguard.testing._sim import SimulatedCrash, SimulatedDriver
-from cuguard.testing._sim.facts import STICKY_EXEMPT
-from cuguard.testing._sweep import registry
-from cuguard.testing._sweep.guard import SafetyDriver
-from cuguard.testing._sweep.registry import Env, Scenario
+from cuguard.sweeps._failpoints import registry
+from cuguard.sweeps._failpoints.registry import Env, Scenario
+from cuguard.testing import DriverCall, FaultPlan, FaultProxy, SimulatedCrash, SimulatedDriver
+from cuguard.testing.lowlevel import STICKY_EXEMPT, SafetyDriver, acquire_proxy, release_proxy
 
 __all__ = [
     "CONTEXTS",
@@ -311,7 +309,7 @@ class _Runtime:
         if self.kind == "real":
             inner: Any = real_driver()
         else:
-            from cuguard.testing._sim import simulated_driver
+            from cuguard.testing import simulated_driver
 
             self.sim = self._stack.enter_context(simulated_driver(devices=2))
             _emulate(self.sim)
@@ -319,13 +317,13 @@ class _Runtime:
         self.guard = SafetyDriver(inner)
         self._previous = install_driver(self.guard)
         self._stack.callback(install_driver, self._previous)
-        resources = importlib.import_module("cuguard.resources")
-        context = importlib.import_module("cuguard.context")
-        proxy = _faults._acquire()
+        resources = _resources_layer
+        context = _context_layer
+        proxy = acquire_proxy()
         try:  # initialized through the proxy the cases run under: no case makes the one cuInit
             context.init_driver()
         finally:
-            _faults._release(proxy)
+            release_proxy(proxy)
         self._device = resources.Device(0)
         if self.kind == "real":
             major, minor = self._device.compute_capability
@@ -346,23 +344,23 @@ class _Runtime:
         case); a driver that serves the whole sweep is checked through the proxy's ledger.
         """
         if self.persistent:
-            proxy = _faults._acquire()
+            proxy = acquire_proxy()
             try:
                 env = Env(real=self.kind == "real", image=self.image, sim=self.sim)
                 _fresh_thread_state(proxy.inner)
                 yield env, proxy.inner, proxy, None
             finally:
-                _faults._release(proxy)
+                release_proxy(proxy)
             return
-        from cuguard.testing._sim import simulated_driver
+        from cuguard.testing import simulated_driver
 
         with simulated_driver(devices=2) as sim:
             _emulate(sim)
-            proxy = _faults._acquire()
+            proxy = acquire_proxy()
             try:
                 yield Env(real=False, image=self.image, sim=sim), sim, proxy, sim
             finally:
-                _faults._release(proxy)
+                release_proxy(proxy)
 
     def other_context(self, env: Env) -> Any:
         if self._other is not None:

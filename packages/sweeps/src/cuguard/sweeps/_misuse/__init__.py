@@ -12,18 +12,18 @@ objects, or call cuguard), calls from fresh threads, and injects faults
 (``inject``, ``restore_fault``, ``sticky``, ``deinitialized``).
 
 Its state includes stream captures in progress (see
-:mod:`cuguard.testing._misuse.captures`): in each mode (``"global"``,
+:mod:`cuguard.sweeps._misuse.captures`): in each mode (``"global"``,
 ``"thread_local"``, ``"relaxed"``), on the objects' own streams and on wrapped
 foreign streams, begun by the main thread or by the example's second thread,
 from the set-up on; steps begin, end, complete and abandon them, and every
 other step runs while they go on. Between steps the second thread acts on the
 shared objects (calls, closes, collections, launches, captures of its own). A
 step that does not finish in time is a hang (S2): reported, and the run stops
-(:mod:`cuguard.testing._misuse.threads`). The catalog covers every public
+(:mod:`cuguard.sweeps._misuse.threads`). The catalog covers every public
 callable of every layer: each has an operation or a written reason in
-:data:`cuguard.testing._misuse.catalog.COVERAGE` (a test keeps it so).
+:data:`cuguard.sweeps._misuse.catalog.COVERAGE` (a test keeps it so).
 
-After every step it checks (see :mod:`cuguard.testing._misuse.checks`):
+After every step it checks (see :mod:`cuguard.sweeps._misuse.checks`):
 
 - E3: only ``TypeError``, ``ValueError``, ``ResourceClosedError``,
   ``BufferError`` or ``CUDAError`` escape, with a message that names what was
@@ -51,15 +51,15 @@ After every step it checks (see :mod:`cuguard.testing._misuse.checks`):
   that work captured into a graph uses is not freed while that graph exists.
 
 Run it with :func:`run_misuse_sweep`, ``nox -s misuse``, ``scripts/misuse`` or
-``python -m cuguard.testing._misuse``; ``--driver real`` runs every example in
+``python -m cuguard.sweeps._misuse``; ``--driver real`` runs every example in
 its own subprocess on the GPU (a crash is counted, not fatal).
 """
 
 from __future__ import annotations
 
-from cuguard.testing._misuse.checks import MisuseViolation as MisuseViolation
-from cuguard.testing._misuse.runner import MisuseResult as MisuseResult
-from cuguard.testing._misuse.runner import main as main
-from cuguard.testing._misuse.runner import run_misuse_sweep as run_misuse_sweep
+from cuguard.sweeps._misuse.checks import MisuseViolation as MisuseViolation
+from cuguard.sweeps._misuse.runner import MisuseResult as MisuseResult
+from cuguard.sweeps._misuse.runner import main as main
+from cuguard.sweeps._misuse.runner import run_misuse_sweep as run_misuse_sweep
 
 __all__ = ["MisuseResult", "MisuseViolation", "main", "run_misuse_sweep"]

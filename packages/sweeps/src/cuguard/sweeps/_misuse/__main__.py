@@ -1,10 +1,10 @@
-"""``python -m cuguard.testing._misuse``: the misuse sweep's command line (see :func:`main`)."""
+"""``python -m cuguard.sweeps._misuse``: the misuse sweep's command line (see :func:`main`)."""
 
 from __future__ import annotations
 
 import sys
 
-from cuguard.testing._misuse.runner import main
+from cuguard.sweeps._misuse.runner import main
 
 if __name__ == "__main__":
     sys.exit(main())

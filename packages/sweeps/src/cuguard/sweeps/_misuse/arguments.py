@@ -4,7 +4,7 @@ A call gets either no argument of a wrong kind (objects of the kinds each parame
 takes, closed, stale or of another device included, and any plain values), or exactly
 one parameter with a value of a wrong kind while every other argument is good: then
 the ``TypeError`` can only be about that parameter (E3). Values come from the session's
-pool (see :mod:`cuguard.testing._misuse.model`) or are made on the spot (``FOREIGN``).
+pool (see :mod:`cuguard.sweeps._misuse.model`) or are made on the spot (``FOREIGN``).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cuguard.testing._misuse.catalog import CTX_HANDLE, EDGE, KERNEL_ARGS, Op, Param
-from cuguard.testing._misuse.checks import WrongArg
-from cuguard.testing._misuse.choices import coin, pick
-from cuguard.testing._misuse.model import FOREIGN, POOLED_KINDS, Entry, Opaque, kind_of
+from cuguard.sweeps._misuse.catalog import CTX_HANDLE, EDGE, KERNEL_ARGS, Op, Param
+from cuguard.sweeps._misuse.checks import WrongArg
+from cuguard.sweeps._misuse.choices import coin, pick
+from cuguard.sweeps._misuse.model import FOREIGN, POOLED_KINDS, Entry, Opaque, kind_of
 
 if TYPE_CHECKING:
-    from cuguard.testing._misuse.session import Session
+    from cuguard.sweeps._misuse.session import Session
 
 __all__ = ["PACKABLE", "Arguments"]
 
@@ -29,7 +29,7 @@ Drawn = tuple[list[Any], list[str], list[WrongArg], list[tuple[str, Any]]]
 
 
 class Arguments:
-    """Draws receivers and arguments for a :class:`~cuguard.testing._misuse.session.Session`."""
+    """Draws receivers and arguments for a :class:`~cuguard.sweeps._misuse.session.Session`."""
 
     def __init__(self, session: Session) -> None:
         self.s = session

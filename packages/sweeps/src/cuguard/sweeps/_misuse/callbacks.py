@@ -15,10 +15,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from cuguard.testing._misuse.checks import ALLOWED, describe
-from cuguard.testing._misuse.choices import coin, pick
-from cuguard.testing._misuse.model import CallbackBoom, Entry
-from cuguard.testing._misuse.session import Outcome, Session
+from cuguard.sweeps._misuse.checks import ALLOWED, describe
+from cuguard.sweeps._misuse.choices import coin, pick
+from cuguard.sweeps._misuse.model import CallbackBoom, Entry
+from cuguard.sweeps._misuse.session import Outcome, Session
 
 __all__ = ["graph_callback", "host_callback", "pick_entries"]
 

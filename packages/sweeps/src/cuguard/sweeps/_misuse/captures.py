@@ -4,7 +4,7 @@ The state of an example includes stream captures in progress, in each mode
 (``"global"``, ``"thread_local"``, ``"relaxed"``), on streams of the objects'
 contexts (cuguard's own streams, and foreign raw streams wrapped with
 ``as_stream`` or ``Stream.wrap``), begun by the main thread or by the example's
-second thread (:class:`~cuguard.testing._misuse.threads.SecondThread`). The
+second thread (:class:`~cuguard.sweeps._misuse.threads.SecondThread`). The
 ``capture`` step begins, ends (and completes) or abandons (closes, or drops and
 collects) such captures; every other step runs while they go on, and the
 ``second_thread`` step has the second thread act on the shared objects.
@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cuguard.errors import CUDAError
-from cuguard.testing._misuse.choices import coin, pick
+from cuguard.sweeps._misuse.choices import coin, pick
 
 if TYPE_CHECKING:
-    from cuguard.testing._misuse.session import Outcome, Session
+    from cuguard.sweeps._misuse.session import Outcome, Session
 
 __all__ = [
     "CAPTURE_STATUSES",
@@ -214,9 +214,8 @@ def _unseen(cap: Any) -> bool:
     gone cannot be known, and a release needing ``cuCtxSynchronize`` then is
     refused, leaked and reported (W5), as documented: not a G6 violation.
     """
-    import importlib
+    from cuguard.resources import Stream as stream_type
 
-    stream_type = importlib.import_module("cuguard.resources").Stream  # the layer under test, reached at run time
     origin = getattr(cap, "origin", None)
     handle = getattr(origin, "handle", None)
     if handle is None:
@@ -257,7 +256,7 @@ class CaptureWatch:
 
     def install(self, sim: Any) -> None:
         """Hook ``sim``'s capture invalidation and its ``cuMemFreeAsync`` (the sweep's own simulator)."""
-        from cuguard.testing._sim.core import h
+        from cuguard.testing.lowlevel import handle_value as h
 
         invalidate = sim._invalidate
         invalidations = self.invalidations
@@ -340,7 +339,7 @@ class CaptureWatch:
 
     def freed_under_graphs(self, sim: Any) -> list[str]:
         """W5: memory freed while a graph made by capture (or a capture in progress) still uses it."""
-        from cuguard.testing._sim.core import DEVICE_BASE
+        from cuguard.testing.lowlevel import DEVICE_BASE
 
         out: list[str] = []
         invalid = {id(cap.graph) for cap in sim._open_captures.values() if cap.invalidated}
@@ -381,7 +380,7 @@ def on_thread(s: Session, thread: str, fn: Callable[[], Outcome]) -> Outcome | N
     ok, value = s.second.run(fn, s.step_timeout * 0.8)
     if ok:
         return value  # type: ignore[no-any-return]
-    from cuguard.testing._misuse.threads import Hang
+    from cuguard.sweeps._misuse.threads import Hang
 
     if isinstance(value, Hang):
         s.hang("second thread", str(value))
@@ -572,7 +571,7 @@ def abandon(s: Session, record: CaptureRecord) -> None:
 
 def second_thread(s: Session) -> None:
     """The second thread acts on the shared objects: calls, closes, collections, launches, captures."""
-    from cuguard.testing._misuse import steps
+    from cuguard.sweeps._misuse import steps
 
     action = pick(s.ch, ("call", "call", "call", "launch", "close", "collect", "drop", "capture"))
     s.exercised[f"second thread: {action}"] += 1

@@ -26,7 +26,7 @@ from types import FunctionType, SimpleNamespace
 from typing import Any
 
 from cuguard.errors import LibraryNotFoundError
-from cuguard.testing._misuse.model import MEMORY_RESOURCES, POOL_RESOURCES, SIZE, CallbackBoom, Opaque
+from cuguard.sweeps._misuse.model import MEMORY_RESOURCES, POOL_RESOURCES, SIZE, CallbackBoom, Opaque
 
 __all__ = ["ANY", "CTX_HANDLE", "EDGE", "KERNEL_ARGS", "Op", "Param", "build_ops"]
 

@@ -1,6 +1,6 @@
 """The rules the misuse sweep checks after every step, as pure functions over what it observed.
 
-After each call (see :meth:`cuguard.testing._misuse.session.Session.perform`):
+After each call (see :meth:`cuguard.sweeps._misuse.session.Session.perform`):
 
 - **E3** only ``TypeError``, ``ValueError``, ``ResourceClosedError``,
   ``BufferError`` or ``CUDAError`` (and subclasses) escape, with a message; a

@@ -1,9 +1,9 @@
 """The misuse sweep as a hypothesis state machine, and its seeded ``random`` fallback.
 
-:func:`run_hypothesis` runs :class:`~cuguard.testing._misuse.session.Session`
+:func:`run_hypothesis` runs :class:`~cuguard.sweeps._misuse.session.Session`
 examples as a :class:`hypothesis.stateful.RuleBasedStateMachine`: one
 ``initialize`` rule (the set-up), one ``step`` rule (a step kind drawn by
-weight, see :mod:`~cuguard.testing._misuse.steps`) and the tear-down. With
+weight, see :mod:`~cuguard.sweeps._misuse.steps`) and the tear-down. With
 ``shrink`` the first example that breaks a rule fails, hypothesis shrinks it
 and the minimal example's violations are returned; otherwise every example
 runs and every violation is collected. Without a seed the run is derandomized
@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuguard.testing._misuse.checks import MisuseViolation
-from cuguard.testing._misuse.choices import RandomChooser
-from cuguard.testing._misuse.session import Session
+from cuguard.sweeps._misuse.checks import MisuseViolation
+from cuguard.sweeps._misuse.choices import RandomChooser
+from cuguard.sweeps._misuse.session import Session
 
 __all__ = ["Sink", "hypothesis_available", "run_hypothesis", "run_random"]
 

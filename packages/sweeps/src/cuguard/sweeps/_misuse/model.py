@@ -16,14 +16,14 @@ imported at run time (:func:`layers`).
 
 from __future__ import annotations
 
-import importlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from cuguard.testing._sweep import registry as _registry
+from cuguard import context, errors, graphs, resources
+from cuguard.sweeps._failpoints import registry as _registry
 
 __all__ = [
     "FOREIGN",
@@ -100,13 +100,8 @@ UNIQUE_KINDS = frozenset(
 
 
 def layers() -> SimpleNamespace:
-    """The cuguard layers, imported at run time (cuguard.testing must not import them statically)."""
-    return SimpleNamespace(
-        errors=importlib.import_module("cuguard.errors"),
-        context=importlib.import_module("cuguard.context"),
-        resources=importlib.import_module("cuguard.resources"),
-        graphs=importlib.import_module("cuguard.graphs"),
-    )
+    """The cuguard layers the sweep explores, by name."""
+    return SimpleNamespace(errors=errors, context=context, resources=resources, graphs=graphs)
 
 
 class CallbackBoom(Exception):

@@ -3,7 +3,7 @@
 :func:`run_misuse_sweep` returns a :class:`MisuseResult` (examples, steps,
 crashes, violations); :meth:`MisuseResult.format_table` and
 :meth:`MisuseResult.to_json` report it; :func:`main` is the command line
-(``scripts/misuse``, ``python -m cuguard.testing._misuse``).
+(``scripts/misuse``, ``python -m cuguard.sweeps._misuse``).
 
 On the real driver every example runs in its own subprocess, so that a crash
 of the driver (which the contract forbids, S2) is counted instead of ending the
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cuguard.testing._misuse.checks import MisuseViolation
-from cuguard.testing._misuse.machine import Sink, hypothesis_available, run_hypothesis, run_random
-from cuguard.testing._misuse.session import Session
+from cuguard.sweeps._misuse.checks import MisuseViolation
+from cuguard.sweeps._misuse.machine import Sink, hypothesis_available, run_hypothesis, run_random
+from cuguard.sweeps._misuse.session import Session
 
 __all__ = ["MisuseResult", "main", "run_misuse_sweep"]
 
@@ -58,7 +58,7 @@ class MisuseResult:
     violations: list[MisuseViolation] = field(default_factory=list)
     crashes: int = 0
     crash_details: list[str] = field(default_factory=list)
-    #: what the examples exercised (see :mod:`~cuguard.testing._misuse.captures`): steps that ran with a
+    #: what the examples exercised (see :mod:`~cuguard.sweeps._misuse.captures`): steps that ran with a
     #: capture in progress, by mode, stream kind and thread ("in progress global/foreign/second"), captures
     #: begun, ended and abandoned, and the second thread's acts
     exercised: dict[str, int] = field(default_factory=dict)
@@ -242,7 +242,7 @@ def _run_isolated(  # noqa: PLR0917
             cmd = [
                 sys.executable,
                 "-m",
-                "cuguard.testing._misuse",
+                "cuguard.sweeps._misuse",
                 "--child",
                 str(i),
                 "--driver",

@@ -4,13 +4,13 @@ A :class:`Session` installs a driver (a fresh :class:`SimulatedDriver`, or the
 real driver) behind a :class:`~cuguard.testing.FaultProxy` of its own, builds a
 few objects of every kind (:meth:`Session.setup`), then runs steps chosen by a
 :class:`Chooser` (:meth:`Session.step`, the step kinds are in
-:mod:`cuguard.testing._misuse.steps`) and finally drops everything
+:mod:`cuguard.sweeps._misuse.steps`) and finally drops everything
 (:meth:`Session.finish`).
 
 Every cuguard call goes through :meth:`Session.perform`, which records the driver
 calls, the warnings and the unraisable exceptions of the call, and then applies
-the rules of :mod:`cuguard.testing._misuse.checks`. Broken rules become
-:class:`~cuguard.testing._misuse.checks.MisuseViolation` records carrying the
+the rules of :mod:`cuguard.sweeps._misuse.checks`. Broken rules become
+:class:`~cuguard.sweeps._misuse.checks.MisuseViolation` records carrying the
 trace of the example up to that step.
 """
 
@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from cuguard.errors import CUDAWarning
-from cuguard.testing._faults import DriverCall, FaultPlan, FaultProxy, left_behind
-from cuguard.testing._misuse import checks
-from cuguard.testing._misuse.arguments import Arguments
-from cuguard.testing._misuse.captures import CaptureRecord, CaptureWatch
-from cuguard.testing._misuse.catalog import Op, build_ops
-from cuguard.testing._misuse.checks import MisuseViolation, WrongArg
-from cuguard.testing._misuse.choices import Chooser, coin, pick
-from cuguard.testing._misuse.model import (
+from cuguard.sweeps._failpoints.runner import _RELEASE_CALLS
+from cuguard.sweeps._misuse import checks
+from cuguard.sweeps._misuse.arguments import Arguments
+from cuguard.sweeps._misuse.captures import CaptureRecord, CaptureWatch
+from cuguard.sweeps._misuse.catalog import Op, build_ops
+from cuguard.sweeps._misuse.checks import MisuseViolation, WrongArg
+from cuguard.sweeps._misuse.choices import Chooser, coin, pick
+from cuguard.sweeps._misuse.model import (
     KERNELS_CU,
     KERNELS_PTX,
     POOLED_KINDS,
@@ -43,9 +43,9 @@ from cuguard.testing._misuse.model import (
     emulate,
     kind_of,
 )
-from cuguard.testing._misuse.threads import STEP_TIMEOUT, Hang, SecondThread, deadline
-from cuguard.testing._sim import SimulatedCrash, SimulatedDriver
-from cuguard.testing._sweep.runner import _RELEASE_CALLS
+from cuguard.sweeps._misuse.threads import STEP_TIMEOUT, Hang, SecondThread, deadline
+from cuguard.testing import DriverCall, FaultPlan, FaultProxy, SimulatedCrash, SimulatedDriver
+from cuguard.testing.lowlevel import left_behind
 
 __all__ = ["DriverSlot", "Outcome", "Session"]
 
@@ -598,7 +598,7 @@ class Session:
     # --- the example ----------------------------------------------------------------------------------
 
     def step(self) -> None:
-        from cuguard.testing._misuse import captures, steps
+        from cuguard.sweeps._misuse import captures, steps
 
         if self.hung:
             return
@@ -622,7 +622,7 @@ class Session:
             raise
 
     def setup(self) -> None:
-        from cuguard.testing._misuse import steps
+        from cuguard.sweeps._misuse import steps
 
         try:
             with deadline(self.step_timeout):
@@ -631,7 +631,7 @@ class Session:
             self.hang("set-up", str(exc))
 
     def finish(self) -> None:
-        from cuguard.testing._misuse import steps
+        from cuguard.sweeps._misuse import steps
 
         try:
             if not self.hung:

@@ -1,6 +1,6 @@
 """The step kinds of the misuse sweep, and the set-up and tear-down of an example.
 
-Each step is one function of a :class:`~cuguard.testing._misuse.session.Session`:
+Each step is one function of a :class:`~cuguard.sweeps._misuse.session.Session`:
 
 - ``call``: any public operation with arguments of every kind (good ones, other
   cuguard objects, foreign objects, ``None``, numbers, closed objects, objects
@@ -24,19 +24,20 @@ from __future__ import annotations
 import copy
 import functools
 import gc
-import importlib
 import pickle
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from cuguard.testing._faults import deinitialized, inject, known_function, restore_fault, sticky
-from cuguard.testing._misuse import captures
-from cuguard.testing._misuse.callbacks import graph_callback, host_callback, pick_entries
-from cuguard.testing._misuse.choices import coin, pick
-from cuguard.testing._misuse.model import SIZE, UNIQUE_KINDS, Entry, ForeignStream
-from cuguard.testing._misuse.session import Session
+from cuguard.resources.lowlevel import waiting_count
+from cuguard.sweeps._misuse import captures
+from cuguard.sweeps._misuse.callbacks import graph_callback, host_callback, pick_entries
+from cuguard.sweeps._misuse.choices import coin, pick
+from cuguard.sweeps._misuse.model import SIZE, UNIQUE_KINDS, Entry, ForeignStream
+from cuguard.sweeps._misuse.session import Session
+from cuguard.testing import deinitialized, inject, restore_fault, sticky
+from cuguard.testing.lowlevel import known_function
 
 __all__ = ["STEPS", "drop", "setup", "teardown", "weighted"]
 
@@ -301,7 +302,7 @@ def teardown(s: Session) -> None:
         left = []
         # Releases cuguard holds back because a capture it could not end (refused under a fault, and
         # reported then) still runs in the driver: freeing them would break that capture (G6 over W5).
-        held_back = bool(importlib.import_module("cuguard.resources.lowlevel").waiting_count())
+        held_back = bool(waiting_count())
         for obj in slot.sim.live_objects():
             if held_back and obj.kind in _MEMORY_KINDS:
                 continue
