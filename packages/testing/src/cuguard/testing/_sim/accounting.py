@@ -221,7 +221,8 @@ def settle(sim: Any = None) -> str:
     """
     import gc
 
-    from cuguard.errors import deferred_count, flush_deferred
+    from cuguard.errors import flush_deferred
+    from cuguard.errors.lowlevel import deferred_count
 
     # Releases come in waves: a collection destroys a graph, whose user-object destructor (on the
     # driver's thread) hands its payload to the release thread, whose release drops buffers...

@@ -11,7 +11,8 @@ from typing import Any, TypeVar, cast
 
 from cuda.bindings import driver as cb
 
-from cuguard.errors import deferring_lock, error_name, forget_driver
+from cuguard.errors import error_name
+from cuguard.errors.lowlevel import deferring_lock, forget_driver
 from cuguard.testing._sim.accounting import (
     Changes,
     Incident,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cuguard.errors import deferring_lock
+from cuguard.errors.lowlevel import deferring_lock
 
 if TYPE_CHECKING:
     from cuguard.testing._sim.core import SimCore

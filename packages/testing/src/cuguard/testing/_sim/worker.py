@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
-from cuguard.errors import deferring_lock
+from cuguard.errors.lowlevel import deferring_lock
 
 __all__ = ["Worker"]
 
