@@ -11,25 +11,182 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from cuguard.sweeps._failpoints.registry import SIZE, Env, Scenario, with_module
+from cuguard.sweeps._failpoints.registry_base import (
+    SIZE,
+    Env,
+    Scenario,
+    _graph_state,
+    _probe_graph,
+    _release,
+    _stream_probe,
+    adder,
+    dev_only,
+    nothing,
+    with_exec,
+    with_graph,
+    with_module,
+    with_stream,
+)
 
-__all__ = ["NO_DRIVER_CALL_GRAPHS", "capture_scenarios", "conditional_scenarios", "update_scenarios"]
+__all__ = [
+    "NO_DRIVER_CALL_GRAPHS",
+    "capture_scenarios",
+    "conditional_scenarios",
+    "definition_scenarios",
+    "node_scenarios",
+    "update_scenarios",
+]
 
 _B = "graphs.GraphBuilder."
 _RECORDED = "returns what the builder recorded: no driver call"
+_NO_CALL_RESOURCE = "returns what the object recorded at creation"
 
 
-def _adder(out: list[Scenario]) -> Callable[..., None]:
-    def add(
-        name: str,
-        setup: Callable[[Env], Any],
-        op: Callable[[Env, Any], Any],
-        covers: tuple[str, ...] | None = None,
-        **kw: Any,
-    ) -> None:
-        out.append(Scenario(name, "graphs", covers if covers is not None else (name,), setup, op, **kw))
+def definition_scenarios() -> list[Scenario]:
+    """Graph definitions: construction, node builders on definitions and nodes, cloning, release."""
+    out: list[Scenario] = []
+    add = adder(out)
+    G = "graphs."
+    gk: dict[str, Any] = {"probe": _probe_graph, "state": _graph_state}
+    add(G + "GraphDefinition()", dev_only, lambda e, s: e.own(e.graphs.GraphDefinition(s.dev)))
+    add(
+        G + "GraphDefinition()[no device]",
+        nothing,
+        lambda e, s: e.own(e.graphs.GraphDefinition()),
+        covers=(G + "GraphDefinition()",),
+    )
+    add(G + "GraphDefinition.nodes", with_graph, lambda e, s: s.g.nodes, **gk)
+    add(G + "GraphDefinition.edges", with_graph, lambda e, s: s.g.edges, **gk)
+    add(G + "GraphDefinition.connect", with_graph, lambda e, s: s.g.connect((s.a, s.c), (s.b, s.c)), **gk)
 
-    return add
+    def connected_graph(env: Env) -> SimpleNamespace:
+        s = with_graph(env)
+        s.g.connect((s.a, s.c))
+        return s
+
+    add(G + "GraphDefinition.disconnect", connected_graph, lambda e, s: s.g.disconnect((s.a, s.b), (s.a, s.c)), **gk)
+    builders: list[tuple[str, Callable[[Any, Any], Any]]] = [
+        ("empty", lambda t, s: t.empty(*([s.c] if t is s.g else []))),
+        ("join", lambda t, s: t.join(s.a, s.c) if t is s.g else t.join(s.a)),
+        ("memset", lambda t, s: t.memset(s.buf, 1)),
+        ("memcpy", lambda t, s: t.memcpy(s.buf, s.buf2)),
+        ("launch", lambda t, s: t.launch(s.config, s.kernel, s.buf, 9, SIZE)),
+        ("callback", lambda t, s: t.callback(lambda: None)),
+        ("record", lambda t, s: t.record(s.event)),
+        ("wait", lambda t, s: t.wait(s.event)),
+        ("allocate", lambda t, s: t.allocate(SIZE)),
+        ("deallocate", lambda t, s: t.deallocate(s.alloc)),
+        ("embed", lambda t, s: t.embed(s.child)),
+    ]
+
+    def graph_with_child(env: Env) -> SimpleNamespace:
+        s = with_graph(env)
+        s.child = env.own(env.graphs.GraphDefinition(s.dev))
+        s.child.memset(s.buf2, 2)
+        return s
+
+    def graph_with_alloc(env: Env) -> SimpleNamespace:
+        s = with_graph(env)
+        s.alloc = s.c.allocate(SIZE)
+        return s
+
+    def on(target: str, build: Callable[[Any, Any], Any]) -> Callable[[Env, Any], Any]:
+        return lambda e, s: build(getattr(s, target), s)
+
+    for method, build in builders:
+        setup = {"embed": graph_with_child, "deallocate": graph_with_alloc}.get(method, with_graph)
+        add(f"{G}GraphDefinition.{method}", setup, on("g", build), **gk)
+        add(f"{G}Node.{method}", setup, on("b", build), **gk)
+    add(
+        G + "GraphDefinition.memcpy[pinned]",
+        with_graph,
+        lambda e, s: s.g.memcpy(s.pinned, s.buf, deps=(s.a, s.c)),
+        covers=(G + "GraphDefinition.memcpy",),
+        **gk,
+    )
+    add(G + "GraphDefinition.clone", with_graph, lambda e, s: e.own(s.g.clone()), **gk)
+    add(G + "GraphDefinition.instantiate", with_graph, lambda e, s: e.own(s.g.instantiate()), **gk)
+    add(
+        G + "GraphDefinition.close",
+        with_graph,
+        lambda e, s: s.g.close(),
+        releases=True,
+        probe=lambda e, s: (s.g.close(), _stream_probe(e, s)),
+    )
+    add(G + "GraphDefinition.__exit__", with_graph, lambda e, s: s.g.__exit__(None, None, None), releases=True)
+
+    def detached_graph(env: Env) -> SimpleNamespace:
+        s = with_stream(env)
+        s.g = env.graphs.GraphDefinition(s.dev)
+        s.g.empty()
+        return s
+
+    add(G + "GraphDefinition.__del__", detached_graph, _release("g"), kind="warn", releases=True)
+    return out
+
+
+def node_scenarios() -> list[Scenario]:
+    """Nodes, their edges and edge views, and executable graphs."""
+    out: list[Scenario] = []
+    add = adder(out)
+    G = "graphs."
+    gk: dict[str, Any] = {"probe": _probe_graph, "state": _graph_state}
+
+    # --- graphs: nodes and edges -----------------------------------------------------------
+    def kernel_graph(env: Env) -> SimpleNamespace:
+        s = with_graph(env)
+        s.k = s.a.launch(s.config, s.kernel, s.buf, 1, SIZE)
+        return s
+
+    add(G + "Node.set_args", kernel_graph, lambda e, s: s.k.set_args(s.buf2, 2, SIZE), **gk)
+    add(G + "Node.set_params", kernel_graph, lambda e, s: s.k.set_params(config=s.config, args=(s.buf2, 3, 8)), **gk)
+    add(G + "Node.destroy", with_graph, lambda e, s: s.b.destroy(), **gk)
+    add(G + "Node.pred", with_graph, lambda e, s: set(s.b.pred), **gk)
+    add(G + "Node.succ", with_graph, lambda e, s: len(s.a.succ), **gk)
+
+    def set_pred(e: Env, s: Any) -> None:
+        s.b.pred = {s.c}
+
+    def set_succ(e: Env, s: Any) -> None:
+        s.a.succ = {s.c}
+
+    add(G + "Node.pred[set]", with_graph, set_pred, covers=(G + "Node.pred",), **gk)
+    add(G + "Node.succ[set]", with_graph, set_succ, covers=(G + "Node.succ",), **gk)
+    edge_ops: list[tuple[str, Callable[[Env, Any], Any]]] = [
+        ("add", lambda e, s: s.c.pred.add(s.a)),
+        ("discard", lambda e, s: s.b.pred.discard(s.a)),
+        ("remove", lambda e, s: s.b.pred.remove(s.a)),
+        ("update", lambda e, s: s.c.pred.update([s.a, s.b])),
+        ("difference_update", lambda e, s: s.a.succ.difference_update([s.b])),
+        ("clear", lambda e, s: s.a.succ.clear()),
+        ("pop", lambda e, s: s.a.succ.pop()),
+        ("isdisjoint", lambda e, s: s.a.succ.isdisjoint([s.c])),
+        ("__ixor__", lambda e, s: s.a.succ.__ixor__([s.b, s.c])),
+    ]
+    for method, fn in edge_ops:
+        add(f"{G}EdgeView.{method}", with_graph, fn, **gk)
+
+    # --- graphs: executable graphs -------------------------------------------------------
+    ek: dict[str, Any] = {"probe": lambda e, s: (s.exec.launch(s.stream), s.stream.sync())}
+    add(G + "Graph.launch", with_exec, lambda e, s: s.exec.launch(s.stream), **ek)
+    add(G + "Graph.upload", with_exec, lambda e, s: s.exec.upload(s.stream), **ek)
+    add(G + "Graph.update", with_exec, lambda e, s: s.exec.update(s.g2), **ek)
+    add(
+        G + "Graph.close",
+        with_exec,
+        lambda e, s: s.exec.close(),
+        releases=True,
+        probe=lambda e, s: (s.exec.close(), _stream_probe(e, s)),
+    )
+    add(G + "Graph.__exit__", with_exec, lambda e, s: s.exec.__exit__(None, None, None), releases=True)
+
+    def detached_exec(env: Env) -> SimpleNamespace:
+        s = with_graph(env)
+        s.exec = s.g.instantiate()
+        return s
+
+    add(G + "Graph.__del__", detached_exec, _release("exec"), kind="warn", releases=True)
+    return out
 
 
 # --- stream capture (GraphBuilder) -----------------------------------------------------------
@@ -164,7 +321,7 @@ def _drop_builder(env: Env, s: Any) -> None:
 def capture_scenarios() -> list[Scenario]:
     """GraphBuilder's operations and the thread's capture mode."""
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     probe, state = _probe_builder, _building_state
     add(_B + "begin_building", _with_builder, lambda e, s: s.b.begin_building(), probe=probe, state=state)
     add(_B + "end_building", _joined, lambda e, s: s.b.end_building(), probe=probe, releases=True)
@@ -210,6 +367,23 @@ def capture_scenarios() -> list[Scenario]:
 
 #: Public callables of these groups that make no driver call, with the reason.
 NO_DRIVER_CALL_GRAPHS: dict[str, str] = {
+    "graphs.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
+    "graphs.pending_payloads": "counts registered payloads: no driver call",
+    "graphs.Graph()": "refused with TypeError: use GraphDefinition.instantiate()",
+    "graphs.Node()": "refused with TypeError: nodes come from builders",
+    "graphs.EdgeView()": "made by Node.pred / Node.succ",
+    "graphs.GraphDefinition.find_node": "looks up the clone's node table: no driver call",
+    "graphs.GraphDefinition.handle": _NO_CALL_RESOURCE,
+    "graphs.GraphDefinition.closed": _NO_CALL_RESOURCE,
+    "graphs.GraphDefinition.context": _NO_CALL_RESOURCE,
+    "graphs.Graph.handle": _NO_CALL_RESOURCE,
+    "graphs.Graph.closed": _NO_CALL_RESOURCE,
+    "graphs.Node.graph": _NO_CALL_RESOURCE,
+    "graphs.Node.type": _NO_CALL_RESOURCE,
+    "graphs.Node.handle": _NO_CALL_RESOURCE,
+    "graphs.Node.closed": _NO_CALL_RESOURCE,
+    "graphs.Node.ptr": _NO_CALL_RESOURCE,
+    "graphs.Node.params": _NO_CALL_RESOURCE,
     "graphs.CAPTURE_MODES": "a table of the capture modes' names: no driver call",
     "graphs.GraphBuilder()": "checks its arguments and records the stream: no driver call",
     _B + "stream": _RECORDED,
@@ -228,7 +402,6 @@ _G = "graphs."
 
 def _with_condition(env: Env) -> SimpleNamespace:
     """The definition of ``with_graph`` and a condition of it that no node uses yet."""
-    from cuguard.sweeps._failpoints.registry import with_graph
 
     s = with_graph(env)
     s.cond = s.g.create_condition(0)
@@ -256,7 +429,6 @@ def _with_conditional_exec(env: Env) -> SimpleNamespace:
 
 def _probe_conditional(env: Env, s: Any) -> None:
     """Every condition of the case gets a node, then the definition takes a node, loses it and instantiates."""
-    from cuguard.sweeps._failpoints.registry import _probe_graph
 
     g = s.g
     for name in ("cond", "on"):
@@ -289,10 +461,9 @@ def _exec_probe(env: Env, s: Any) -> None:
 
 def conditional_scenarios() -> list[Scenario]:
     """Condition handles, the conditional builders, body builders, and running conditional graphs."""
-    from cuguard.sweeps._failpoints.registry import _graph_state, with_graph
 
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     gk: dict[str, Any] = {"probe": _probe_conditional, "state": _graph_state}
     add(_G + "GraphDefinition.create_condition", with_graph, _create, **gk)
     for method in ("if_then", "if_else", "while_loop", "switch"):
@@ -332,7 +503,6 @@ def conditional_scenarios() -> list[Scenario]:
 
 def _with_exec_nodes(env: Env) -> SimpleNamespace:
     """An executable graph with a node of every kind that takes per-node changes."""
-    from cuguard.sweeps._failpoints.registry import with_module
 
     s = with_module(env)
     s.event = env.own(s.dev.create_event())
@@ -354,7 +524,6 @@ def _with_exec_nodes(env: Env) -> SimpleNamespace:
 
 
 def _with_instantiated_kernel(env: Env) -> SimpleNamespace:
-    from cuguard.sweeps._failpoints.registry import with_graph
 
     s = with_graph(env)
     s.k = s.a.launch(s.config, s.kernel, s.buf, 1, SIZE)
@@ -363,7 +532,6 @@ def _with_instantiated_kernel(env: Env) -> SimpleNamespace:
 
 
 def _probe_instantiated(env: Env, s: Any) -> None:
-    from cuguard.sweeps._failpoints.registry import _probe_graph
 
     _probe_graph(env, s)
     _exec_probe(env, s)
@@ -371,10 +539,9 @@ def _probe_instantiated(env: Env, s: Any) -> None:
 
 def update_scenarios() -> list[Scenario]:
     """Graph.set_* and enable/disable, and Node.set_params once an executable graph shares the payload."""
-    from cuguard.sweeps._failpoints.registry import _graph_state
 
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     ek: dict[str, Any] = {"probe": _exec_probe}
     x = _G + "Graph."
     add(

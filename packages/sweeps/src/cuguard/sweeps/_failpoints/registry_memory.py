@@ -12,25 +12,21 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from cuguard.sweeps._failpoints.registry import SIZE, Env, Scenario, _ctx_probe, dev_fresh, dev_only, with_stream
+from cuguard.sweeps._failpoints.registry_base import (
+    SIZE,
+    Env,
+    Scenario,
+    _ctx_probe,
+    adder,
+    dev_fresh,
+    dev_only,
+    with_stream,
+)
 
 __all__ = ["NO_DRIVER_CALL_MEMORY", "pool_scenarios", "view_scenarios", "vmm_scenarios"]
 
 _R = "resources."
 _NO_CALL_RESOURCE = "returns what the object recorded at creation"
-
-
-def _adder(out: list[Scenario]) -> Callable[..., None]:
-    def add(
-        name: str,
-        setup: Callable[[Env], Any],
-        op: Callable[[Env, Any], Any],
-        covers: tuple[str, ...] | None = None,
-        **kw: Any,
-    ) -> None:
-        out.append(Scenario(name, "resources", covers if covers is not None else (name,), setup, op, **kw))
-
-    return add
 
 
 def _release(attr: str) -> Callable[[Env, Any], None]:
@@ -185,7 +181,7 @@ def _legacy_probe(env: Env, s: Any) -> None:
 def vmm_scenarios() -> list[Scenario]:
     """VirtualMemoryResource, ManagedMemoryResource and LegacyPinnedMemoryResource."""
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     V, M, L = _R + "VirtualMemoryResource", _R + "ManagedMemoryResource", _R + "LegacyPinnedMemoryResource"
 
     add(V + "()", dev_only, lambda e, s: e.resources.VirtualMemoryResource(s.dev))
@@ -323,7 +319,7 @@ def _views_probe(env: Env, s: Any) -> None:
 def view_scenarios() -> list[Scenario]:
     """Typed views (``StridedMemoryView``) of a stream-ordered buffer, ordered before another stream."""
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     V = _R + "StridedMemoryView"
     add(
         V + ".from_dlpack",
@@ -503,7 +499,7 @@ def _attribute_state(name: str) -> Callable[[Env, Any], Any]:
 def pool_scenarios() -> list[Scenario]:
     """DeviceMemoryResource, PinnedMemoryResource, IPC buffers and events."""
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     D = R + "DeviceMemoryResource"
     pk: dict[str, Any] = {"probe": _pool_probe}
     add(
@@ -780,7 +776,7 @@ def _pinned_copy_probe(env: Env, s: Any) -> None:
 def _pinned_copy_scenarios() -> list[Scenario]:
     """``PinnedBuffer.copy_from``/``copy_to`` with pinned and device memory, synchronous and on a stream."""
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     P = R + "PinnedBuffer."
     copies: list[tuple[str, str, Callable[[Env, Any], Any]]] = [
         ("copy_from", "pinned", lambda e, s: s.pbuf.copy_from(s.pinned)),
@@ -816,7 +812,7 @@ def _allocate_through(env: Env, s: Any) -> Any:
 def _device_resource_scenarios() -> list[Scenario]:
     """``Device.memory_resource``: the default made on first read, and ``Device.allocate`` through a set one."""
     out: list[Scenario] = []
-    add = _adder(out)
+    add = adder(out)
     D = R + "Device."
     add(D + "memory_resource", dev_fresh, lambda e, s: s.dev.memory_resource.device_id, probe=_ctx_probe)
     add(
