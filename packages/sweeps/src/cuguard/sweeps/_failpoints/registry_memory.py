@@ -496,8 +496,8 @@ def _attribute_state(name: str) -> Callable[[Env, Any], Any]:
     return state
 
 
-def pool_scenarios() -> list[Scenario]:
-    """DeviceMemoryResource, PinnedMemoryResource, IPC buffers and events."""
+def _device_pool_scenarios() -> list[Scenario]:
+    """DeviceMemoryResource: construction, allocation, trimming, release, export and import."""
     out: list[Scenario] = []
     add = adder(out)
     D = R + "DeviceMemoryResource"
@@ -585,8 +585,14 @@ def pool_scenarios() -> list[Scenario]:
         real=False,
         **pk,
     )
+    return out
 
-    # the pool's attributes: each read and each write
+
+def _pool_attribute_scenarios() -> list[Scenario]:
+    """A pool's attributes: each read and each write."""
+    out: list[Scenario] = []
+    add = adder(out)
+    pk: dict[str, Any] = {"probe": _pool_probe}
     A = R + "MemoryPoolAttributes."
     for name in (
         "release_threshold",
@@ -614,8 +620,14 @@ def pool_scenarios() -> list[Scenario]:
             **pk,
         )
     add(A + "reset_high_watermarks", with_pool_buffers, lambda e, s: s.mr.attributes.reset_high_watermarks(), **pk)
+    return out
 
-    # buffers of a pool
+
+def _pool_buffer_scenarios() -> list[Scenario]:
+    """Buffers of a pool: their release, export and import."""
+    out: list[Scenario] = []
+    add = adder(out)
+    pk: dict[str, Any] = {"probe": _pool_probe}
     B = R + "Buffer."
     add(
         B + "close[pool]",
@@ -690,8 +702,13 @@ def pool_scenarios() -> list[Scenario]:
         real=False,
         **pk,
     )
+    return out
 
-    # pinned memory pools
+
+def _pinned_pool_scenarios() -> list[Scenario]:
+    """PinnedMemoryResource, and IPC events."""
+    out: list[Scenario] = []
+    add = adder(out)
     P = R + "PinnedMemoryResource"
     pp: dict[str, Any] = {"probe": _pinned_probe}
     add(P + "()", with_stream, lambda e, s: e.own(e.resources.PinnedMemoryResource(s.dev)), probe=_ctx_probe)
@@ -745,9 +762,19 @@ def pool_scenarios() -> list[Scenario]:
         real=False,
         probe=_ctx_probe,
     )
-    out.extend(_pinned_copy_scenarios())
-    out.extend(_device_resource_scenarios())
     return out
+
+
+def pool_scenarios() -> list[Scenario]:
+    """DeviceMemoryResource, PinnedMemoryResource, IPC buffers and events."""
+    return [
+        *_device_pool_scenarios(),
+        *_pool_attribute_scenarios(),
+        *_pool_buffer_scenarios(),
+        *_pinned_pool_scenarios(),
+        *_pinned_copy_scenarios(),
+        *_device_resource_scenarios(),
+    ]
 
 
 # --- copies between pinned and device memory, the device's memory resource --------------------
