@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ pytest.importorskip("cuguard.graphs")
 
 from cuguard.sweeps import MisuseResult, run_misuse_sweep
 from cuguard.sweeps._misuse import captures, session
-from cuguard.sweeps._misuse.catalog import COVERAGE, Op, build_ops, coverage_problems, public_callables
+from cuguard.sweeps._misuse.catalog import COVERAGE, Op, _resolves, build_ops, coverage_problems, public_callables
 from cuguard.sweeps._misuse.model import layers
 from cuguard.sweeps._misuse.steps import STEPS
 
@@ -41,7 +42,13 @@ def test_every_public_callable_has_a_catalog_entry_or_a_written_reason() -> None
     assert coverage_problems(L, ops, frozenset(STEPS)) == []
     names = {op.name for op in ops}
     # the callables the catalog lacked (GraphBuilder.keep is where a use-after-free lived) have entries now
-    for name in ("GraphBuilder.launch", "GraphBuilder.keep", "as_stream", "link", "exchange_capture_mode"):
+    for name in (
+        "graphs.GraphBuilder.launch",
+        "graphs.GraphBuilder.keep",
+        "resources.as_stream",
+        "resources.link",
+        "graphs.exchange_capture_mode",
+    ):
         assert name in names
     assert len(public_callables(L)) > 400  # every layer's __all__, and the members of the classes they export
 
@@ -49,23 +56,53 @@ def test_every_public_callable_has_a_catalog_entry_or_a_written_reason() -> None
 @pytest.mark.contract("B6")
 def test_a_callable_without_entry_or_reason_is_named() -> None:
     L = layers()
-    ops = [op for op in build_ops(L, lambda: b"") if op.name != "GraphBuilder.keep"]
+    ops = [op for op in build_ops(L, lambda: b"") if op.name != "graphs.GraphBuilder.keep"]
     problems = coverage_problems(L, ops, frozenset(STEPS))
-    assert problems == ["GraphBuilder.keep: no catalog entry and no reason in COVERAGE"]
+    assert problems == ["graphs.GraphBuilder.keep: no catalog entry and no reason in COVERAGE"]
 
 
 @pytest.mark.contract("B6")
 def test_a_row_naming_a_missing_operation_or_step_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     L = layers()
     ops = build_ops(L, lambda: b"")
-    monkeypatch.setitem(COVERAGE, "Stream.priority", "op:Stream.no_such_operation")
-    monkeypatch.setitem(COVERAGE, "Graph.closed", "step:no_such_step")
-    monkeypatch.setitem(COVERAGE, "Event.closed", "later")
+    monkeypatch.setitem(COVERAGE, "resources.Stream.priority", "op:resources.Stream.no_such_operation")
+    monkeypatch.setitem(COVERAGE, "graphs.Graph.closed", "step:no_such_step")
+    monkeypatch.setitem(COVERAGE, "resources.Event.closed", "later")
     problems = coverage_problems(L, ops, frozenset(STEPS))
     assert len(problems) == 3
-    assert any("Stream.no_such_operation" in p for p in problems)
+    assert any("resources.Stream.no_such_operation" in p for p in problems)
     assert any("no_such_step" in p for p in problems)
     assert any("not a sentence" in p for p in problems)
+
+
+@pytest.mark.contract("B5", "B6")
+def test_the_registry_and_the_catalog_name_operations_in_one_scheme() -> None:
+    from cuguard.sweeps._failpoints.registry import scenarios
+
+    L = layers()
+    ops = build_ops(L, lambda: b"")
+    public = set(public_callables(L))
+    scheme = re.compile(r"(errors|context|resources|graphs)\.[A-Za-z_][\w.]*(\(\))?(\[[^\]]+\])?")
+    names = [op.name for op in ops] + [s.name for s in scenarios()]
+    assert [n for n in names if not scheme.fullmatch(n)] == []
+    # one callable, one name: what both sweep is keyed alike (constructors, members, functions)
+    shared = {op.name for op in ops} & {s.name for s in scenarios()}
+    assert {"resources.Device()", "resources.Stream.sync", "context.call_in", "graphs.Node.pred[set]"} <= shared
+    # every name starts with a callable its layer exports (the registry's as the catalog's)
+    assert [n for n in names if not _resolves(L, n)] == []
+    assert {n.split("[")[0] for n in shared} & public
+
+
+@pytest.mark.contract("B6")
+def test_an_operation_named_outside_the_scheme_is_named() -> None:
+    L = layers()
+    ops = build_ops(L, lambda: b"")
+    renamed = [Op("Stream.sync" if op.name == "resources.Stream.sync" else op.name, op.receiver, op.run) for op in ops]
+    problems = coverage_problems(L, renamed, frozenset(STEPS))
+    assert problems == [
+        "Stream.sync: an operation name outside the naming scheme (layer.function, layer.Class(), layer.Class.member)",
+        "resources.Stream.sync: no catalog entry and no reason in COVERAGE",
+    ]
 
 
 # --- what a seeded run exercises ------------------------------------------------------------------------
@@ -86,11 +123,11 @@ def test_a_seeded_run_has_captures_in_every_mode_on_own_and_foreign_streams_from
 
 @pytest.mark.contract("G6")
 def test_only_an_operations_own_requested_work_may_be_refused_by_a_capture() -> None:
-    assert "cuCtxSynchronize" in captures.legitimate("Context.synchronize")
-    assert "cuMemAlloc" in captures.legitimate("Device.allocate")
-    assert "cuStreamDestroy" in captures.legitimate("Stream.close")
-    assert "cuLaunchKernel" in captures.legitimate("GraphBuilder.launch")
-    for own_behalf in ("Buffer.close", "del", "gc.collect", "teardown", "PinnedMemoryResource"):
+    assert "cuCtxSynchronize" in captures.legitimate("context.Context.synchronize")
+    assert "cuMemAlloc" in captures.legitimate("resources.Device.allocate")
+    assert "cuStreamDestroy" in captures.legitimate("resources.Stream.close")
+    assert "cuLaunchKernel" in captures.legitimate("graphs.GraphBuilder.launch")
+    for own_behalf in ("resources.Buffer.close", "del", "gc.collect", "teardown", "resources.PinnedMemoryResource()"):
         allowed = captures.legitimate(own_behalf)
         assert not allowed & {"cuCtxSynchronize", "cuMemFree", "cuMemFreeHost", "cuMemAlloc", "cuStreamSynchronize"}
 

@@ -17,6 +17,27 @@ and import them plainly; nothing imports them back.
   copies, closes, collections, driver switches, threads, callbacks and faults,
   checked after every step (``scripts/misuse``); it returns a
   :class:`MisuseResult`.
+
+Operation names. The failure-point registry, the misuse catalog, their coverage
+tables and every report name public operations in one scheme:
+
+- ``layer.function``: a function a layer exports (``context.call_in``,
+  ``resources.launch``);
+- ``layer.Class()``: constructing a class (``resources.Device()``); the class
+  as a whole, in a reason that holds for all its members, is ``layer.Class``;
+- ``layer.Class.member``: a method or property (``resources.Stream.sync``),
+  ``layer.Class.member.part`` one of what a member returns
+  (``graphs.Node.pred.add``);
+- ``[variant]`` after any of these: one way of calling it among several
+  (``resources.Buffer.close[stream]``); ``[set]`` assigns a property
+  (``graphs.Node.pred[set]``).
+
+``layer`` is the layer whose package defines the class (``errors``, ``context``,
+``resources``, ``graphs``), and its declared interface (``lowlevel``) counts as
+the layer. The misuse sweep's steps that are no cuguard call are named by what
+they do (``del``, ``gc.collect``, ``teardown``). The registry and the catalog are
+declared as data per layer (``_failpoints/registry_<layer>.py``,
+``_misuse/ops_<layer>.py``).
 """
 
 from __future__ import annotations

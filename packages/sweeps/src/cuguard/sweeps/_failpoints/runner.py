@@ -571,7 +571,31 @@ def _run_case(  # noqa: PLR0917 - the checks read best in one place
     return outcome
 
 
-def _run_case_body(  # noqa: PLR0917 - the checks read best in one place
+@dataclass
+class _Case:
+    """One case while it runs: its driver, its objects, what the operation did, and the state before it."""
+
+    scn: Scenario
+    ctx_mode: str
+    mode: str | None
+    k: int
+    hooks: CaseHooks | None
+    add: _Add
+    env: Env
+    raw: Any
+    proxy: FaultProxy
+    sim: SimulatedDriver | None
+    log: list[DriverCall] = field(default_factory=list)
+    nondeterministic: list[NonDeterministic] = field(default_factory=list)
+    state: Any = None
+    exc: BaseException | None = None
+    crashed: SimulatedCrash | None = None
+    result: Any = None
+    caught: list[warnings.WarningMessage] = field(default_factory=list)
+    cuda_warnings: list[str] = field(default_factory=list)
+
+
+def _run_case_body(  # noqa: PLR0917 - the case's coordinates, as _run_case has them
     runtime: _Runtime,
     scn: Scenario,
     ctx_mode: str,
@@ -583,195 +607,233 @@ def _run_case_body(  # noqa: PLR0917 - the checks read best in one place
     point: str,
     call_k: str,
 ) -> _Outcome:
-    nondeterministic: list[NonDeterministic] = []
-    log: list[DriverCall] = []
+    """Set up, run and check one case, then release its objects; the findings go to ``add``."""
     with runtime.case() as (env, raw, proxy, sim):
-        state: Any = None
-        try:
-            state = scn.setup(env)
-            if ctx_mode == "other":
-                runtime.other_context(env).set_current()
-            gc.collect()
-            if hooks is not None:
-                hooks.prepare(env, proxy)
-        except SimulatedCrash as crash:
-            add("S2", f"set-up crashed the driver: {crash}")
-            return _Outcome(log, [], nondeterministic)
-        except Exception as setup_error:  # noqa: BLE001 - a broken scenario is reported, not raised
-            add("scenario", f"set-up failed: {_describe(setup_error)}")
-            _teardown(env, state, raw, add)
-            return _Outcome(log, [], nondeterministic)
-        before_state = scn.state(env, state) if scn.state is not None and mode is not None else None
+        case = _Case(scn, ctx_mode, mode, k, hooks, add, env, raw, proxy, sim)
+        if not _set_up_case(runtime, case):
+            return _Outcome(case.log, [], case.nondeterministic)
+        before_state = scn.state(env, case.state) if scn.state is not None and mode is not None else None
         current_before = _current(raw)
         snapshot = sim.snapshot() if sim is not None else None
         ledger = proxy.live_objects()
         guard_before = len(runtime.guard.incidents) if runtime.guard is not None else 0
-        plan = _plan(mode, k, baseline) if mode is not None else None
-        fault_before = first_sticky_fault()
-        raised: BaseException | None = None
-        crashed: SimulatedCrash | None = None
-        result: Any = None
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with proxy._lock:
-                proxy.recorders.append(log)
-                if plan is not None:
-                    proxy.plans.append(plan)
-                proxy._refresh()
-            try:
-                with hooks.arm(env, proxy) if hooks is not None else nullcontext():
-                    result = scn.op(env, state)
-                    state._sweep_result = result
-                    if scn.kind == "warn":
-                        gc.collect()
-                        # A release handed to cuguard's release thread is carried out here, inside
-                        # the recording: at a point of the case, not whenever that thread runs.
-                        flush_deferred(5)
-            except SimulatedCrash as crash:
-                crashed = crash
-            except BaseException as error:  # noqa: BLE001 - checked below
-                raised = error
-            finally:
-                with proxy._lock:
-                    proxy.recorders.remove(log)
-                    if plan is not None:
-                        proxy.plans.remove(plan)
-                    proxy._refresh()
-                if plan is not None and plan.fired and fault_before is None and first_sticky_fault() is not None:
-                    # A sticky status the plan made up ends with it: it is not the first fault of a
-                    # driver that serves later cases too (each would be folded into its report, W7).
-                    forget_sticky_fault()
-            if sim is not None:
-                sim.drain()
-            if hooks is not None:
-                hooks.after_op(env, proxy, result, raised, add)
-        exc = raised
-        cuda_warnings = [str(w.message) for w in caught if issubclass(w.category, CUDAWarning)]
-        if crashed is not None:
-            add("S2", f"the operation crashed the driver: {crashed}")
-        if mode is None and point:
-            # Nothing failed: the operation must succeed and stay silent, as in its fault-free run.
-            if exc is not None:
-                add("E1", f"the operation raised{point} (it succeeds without): {_describe(exc)}")
-            if cuda_warnings:
-                add("W1", f"warnings{point} (none without): {cuda_warnings}")
-        elif mode is None:
-            if exc is not None:
-                add("scenario", f"the operation failed with no fault injected: {_describe(exc)}")
-            if cuda_warnings:
-                add("scenario", f"warnings with no fault injected: {cuda_warnings}")
-        else:
-            found = _diverges(baseline, log, k)
-            if found is not None:
-                nondeterministic.append(
-                    NonDeterministic(scn.name, scn.layer, ctx_mode, mode, k, call_k, f"the calls differ: {found[1]}")
-                )
-            if any(c.injected for c in log):
-                _check(scn, mode, log, exc, cuda_warnings, add)
-            elif found is None:  # every call up to the point was made, and none failed: the plan is wrong
-                add("sweep", f"the failure was not injected at call {k} ({call_k})")
+        _perform_case(case, _plan(mode, k, baseline) if mode is not None else None)
+        _check_raised(case, baseline, point, call_k)
         # G1 / W5 / S2: what the operation created, released or misused.
         gc.collect()
         if sim is not None and snapshot is not None:
-            changes = sim.changes_since(snapshot)
-            if hooks is not None and (foreign := hooks.foreign()):
-                changes.created = [o for o in changes.created if int(o.handle) not in foreign]
-                changes.released = [o for o in changes.released if int(o.handle) not in foreign]
-            failed = exc is not None or (mode is not None and scn.kind == "warn")
-            released, ended = _failed_releases(log), _capture_end_refused(log)
-            kept = [o for o in changes.created if o.handle not in released and not (ended and o.kind in _CAPTURE_HELD)]
-            if failed and kept and mode != "DEINITIALIZED":
-                add("G1", "left behind: " + "; ".join(str(o) for o in kept))
-            if exc is not None and changes.released and not scn.releases:
-                add("G3", "released objects it does not own: " + "; ".join(str(o) for o in changes.released))
-            for rule, book in (
-                ("S2", changes.misuse),
-                ("W5", changes.dangling),
-                ("S2", changes.double_release),
-                ("S2", changes.use_after_release),
-            ):
-                for incident in book:
-                    add(rule, f"driver misuse: {incident}")
-            if hooks is not None:
-                hooks.accounting(changes, add)
+            _check_simulated_objects(case, sim, snapshot)
         else:
-            after = proxy.live_objects()
-            before = ledger
-            if hooks is not None and (foreign := hooks.foreign()):
-                after = {key: n for key, n in after.items() if key[1] not in foreign}
-            if exc is not None or (mode is not None and scn.kind == "warn"):
-                leaked, ended = _failed_releases(log), _capture_end_refused(log)
-                grown = {
-                    key: n - before.get(key, 0)
-                    for key, n in after.items()
-                    if n > before.get(key, 0) and key[1] not in leaked and not (ended and key[0] in _CAPTURE_HELD)
-                }
-                if grown and mode != "DEINITIALIZED":
-                    add("G1", "left behind: " + ", ".join(f"{kind} {h:#x} x{n}" for (kind, h), n in grown.items()))
+            _check_ledger(case, ledger)
         if runtime.guard is not None and len(runtime.guard.incidents) > guard_before:
             for refused in runtime.guard.incidents[guard_before:]:
                 add("S2", f"refused by the safety net: {refused}")
-        # G2 / C2 / C3: the current context.
-        current_after = _current(raw)
-        # A deinitialized driver refuses the restore itself: the thread cannot get its context back.
-        restore_refused = mode == "DEINITIALIZED" and any(c.restore and c.status for c in log)
-        if current_after != current_before and not (scn.sets_context and exc is None) and not restore_refused:
-            said = _text(exc) + "\n".join(cuda_warnings)
-            name = "no context" if current_after == 0 else format_handle(current_after)
-            if "could not be restored" in said:
-                if name not in said:
-                    add("C2", f"the message does not name the context now current ({name}): {said[:300]!r}")
-            else:
-                add(
-                    "G2",
-                    f"current context changed from {format_handle(current_before)} to {format_handle(current_after)}",
-                )
-        _set_current(raw, current_before)
-        # G3: all-or-nothing and usable once faults are off.
-        if mode is not None and exc is not None and scn.state is not None and mode != "DEINITIALIZED":
-            try:
-                after_state = scn.state(env, state)
-            except Exception as error:  # noqa: BLE001
-                add("G3", f"reading the state after the failure raised {_describe(error)}")
-            else:
-                if after_state != before_state:
-                    add("G3", f"not all-or-nothing: state {before_state!r} became {after_state!r}")
-        if mode not in ("STICKY", "DEINITIALIZED") and scn.probe is not None and crashed is None:
-            with warnings.catch_warnings(record=True) as probe_warnings:
-                warnings.simplefilter("always")
-                try:
-                    scn.probe(env, state)
-                except SimulatedCrash as crash:
-                    add("S2", f"using the objects afterwards crashed the driver: {crash}")
-                except Exception as error:  # noqa: BLE001
-                    add("G3", f"not usable after the failure: {_describe(error)}")
-            for w in probe_warnings:
-                if issubclass(w.category, CUDAWarning):
-                    add("G3", f"using the objects afterwards warned: {w.message}")
-        snapshot_end = sim.snapshot() if sim is not None else None
-        # The exception's traceback holds the scenario's objects: drop it, so that they are
-        # collected while their driver is still installed.
+        _check_current_context(case, current_before)
+        _check_after_failure(case, before_state)
+        _release_case(case)
+    return _Outcome(case.log, [], case.nondeterministic)
+
+
+def _set_up_case(runtime: _Runtime, case: _Case) -> bool:
+    """The scenario's set-up (and the other context made current); ``False`` when it failed (reported)."""
+    try:
+        case.state = case.scn.setup(case.env)
+        if case.ctx_mode == "other":
+            runtime.other_context(case.env).set_current()
+        gc.collect()
+        if case.hooks is not None:
+            case.hooks.prepare(case.env, case.proxy)
+    except SimulatedCrash as crash:
+        case.add("S2", f"set-up crashed the driver: {crash}")
+        return False
+    except Exception as setup_error:  # noqa: BLE001 - a broken scenario is reported, not raised
+        case.add("scenario", f"set-up failed: {_describe(setup_error)}")
+        _teardown(case.env, case.state, case.raw, case.add)
+        return False
+    return True
+
+
+def _perform_case(case: _Case, plan: FaultPlan | None) -> None:
+    """The operation, recorded and with the fault plan armed; what it raised and warned goes into ``case``."""
+    scn, proxy, state = case.scn, case.proxy, case.state
+    fault_before = first_sticky_fault()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with proxy._lock:
+            proxy.recorders.append(case.log)
+            if plan is not None:
+                proxy.plans.append(plan)
+            proxy._refresh()
+        try:
+            with case.hooks.arm(case.env, proxy) if case.hooks is not None else nullcontext():
+                case.result = scn.op(case.env, state)
+                state._sweep_result = case.result
+                if scn.kind == "warn":
+                    gc.collect()
+                    # A release handed to cuguard's release thread is carried out here, inside
+                    # the recording: at a point of the case, not whenever that thread runs.
+                    flush_deferred(5)
+        except SimulatedCrash as crash:
+            case.crashed = crash
+        except BaseException as error:  # noqa: BLE001 - checked below
+            case.exc = error
+        finally:
+            with proxy._lock:
+                proxy.recorders.remove(case.log)
+                if plan is not None:
+                    proxy.plans.remove(plan)
+                proxy._refresh()
+            if plan is not None and plan.fired and fault_before is None and first_sticky_fault() is not None:
+                # A sticky status the plan made up ends with it: it is not the first fault of a
+                # driver that serves later cases too (each would be folded into its report, W7).
+                forget_sticky_fault()
+        if case.sim is not None:
+            case.sim.drain()
+        if case.hooks is not None:
+            case.hooks.after_op(case.env, proxy, case.result, case.exc, case.add)
+    case.caught = caught  # kept until the case's objects are released, as the warnings may hold them
+    case.cuda_warnings = [str(w.message) for w in caught if issubclass(w.category, CUDAWarning)]
+
+
+def _check_raised(case: _Case, baseline: list[DriverCall], point: str, call_k: str) -> None:
+    """E1 / W1 and the sweep's own checks: what the operation raised and warned, against its failure."""
+    exc, cuda_warnings, add, mode = case.exc, case.cuda_warnings, case.add, case.mode
+    if case.crashed is not None:
+        add("S2", f"the operation crashed the driver: {case.crashed}")
+    if mode is None and point:
+        # Nothing failed: the operation must succeed and stay silent, as in its fault-free run.
         if exc is not None:
-            exc.__traceback__ = None
-        exc = raised = crashed = result = None
-        caught.clear()
-        if sim is None:
-            _end_leftover_captures(raw, proxy)
-        _teardown(env, state, raw, add)
-        if hooks is not None:
-            hooks.after_teardown(env, proxy, add)
-        if sim is not None and snapshot_end is not None:
-            sim.drain()
-            changes = sim.changes_since(snapshot_end)
-            for rule, book in (
-                ("S2", changes.misuse),
-                ("W5", changes.dangling),
-                ("S2", changes.double_release),
-                ("S2", changes.use_after_release),
-            ):
-                for incident in book:
-                    add(rule, f"driver misuse while releasing the objects afterwards: {incident}")
-    return _Outcome(log, [], nondeterministic)
+            add("E1", f"the operation raised{point} (it succeeds without): {_describe(exc)}")
+        if cuda_warnings:
+            add("W1", f"warnings{point} (none without): {cuda_warnings}")
+    elif mode is None:
+        if exc is not None:
+            add("scenario", f"the operation failed with no fault injected: {_describe(exc)}")
+        if cuda_warnings:
+            add("scenario", f"warnings with no fault injected: {cuda_warnings}")
+    else:
+        scn, k, log = case.scn, case.k, case.log
+        found = _diverges(baseline, log, k)
+        if found is not None:
+            case.nondeterministic.append(
+                NonDeterministic(scn.name, scn.layer, case.ctx_mode, mode, k, call_k, f"the calls differ: {found[1]}")
+            )
+        if any(c.injected for c in log):
+            _check(scn, mode, log, exc, cuda_warnings, add)
+        elif found is None:  # every call up to the point was made, and none failed: the plan is wrong
+            add("sweep", f"the failure was not injected at call {k} ({call_k})")
+
+
+def _report_misuse(add: _Add, changes: Any, where: str) -> None:
+    """S2 / W5: the driver misuse the simulator recorded (``where``: when, for the message)."""
+    for rule, book in (
+        ("S2", changes.misuse),
+        ("W5", changes.dangling),
+        ("S2", changes.double_release),
+        ("S2", changes.use_after_release),
+    ):
+        for incident in book:
+            add(rule, f"driver misuse{where}: {incident}")
+
+
+def _check_simulated_objects(case: _Case, sim: SimulatedDriver, snapshot: Any) -> None:
+    """G1 / G3 / W5 / S2 on the simulator: what the operation created, released or misused."""
+    scn, mode, exc, log, add = case.scn, case.mode, case.exc, case.log, case.add
+    changes = sim.changes_since(snapshot)
+    if case.hooks is not None and (foreign := case.hooks.foreign()):
+        changes.created = [o for o in changes.created if int(o.handle) not in foreign]
+        changes.released = [o for o in changes.released if int(o.handle) not in foreign]
+    failed = exc is not None or (mode is not None and scn.kind == "warn")
+    released, ended = _failed_releases(log), _capture_end_refused(log)
+    kept = [o for o in changes.created if o.handle not in released and not (ended and o.kind in _CAPTURE_HELD)]
+    if failed and kept and mode != "DEINITIALIZED":
+        add("G1", "left behind: " + "; ".join(str(o) for o in kept))
+    if exc is not None and changes.released and not scn.releases:
+        add("G3", "released objects it does not own: " + "; ".join(str(o) for o in changes.released))
+    _report_misuse(add, changes, "")
+    if case.hooks is not None:
+        case.hooks.accounting(changes, add)
+
+
+def _check_ledger(case: _Case, before: dict[Any, int]) -> None:
+    """G1 on a real driver: what the fault proxy's ledger holds after a failure that it did not before."""
+    after = case.proxy.live_objects()
+    if case.hooks is not None and (foreign := case.hooks.foreign()):
+        after = {key: n for key, n in after.items() if key[1] not in foreign}
+    if case.exc is not None or (case.mode is not None and case.scn.kind == "warn"):
+        leaked, ended = _failed_releases(case.log), _capture_end_refused(case.log)
+        grown = {
+            key: n - before.get(key, 0)
+            for key, n in after.items()
+            if n > before.get(key, 0) and key[1] not in leaked and not (ended and key[0] in _CAPTURE_HELD)
+        }
+        if grown and case.mode != "DEINITIALIZED":
+            case.add("G1", "left behind: " + ", ".join(f"{kind} {h:#x} x{n}" for (kind, h), n in grown.items()))
+
+
+def _check_current_context(case: _Case, current_before: int) -> None:
+    """G2 / C2 / C3: the current context is the caller's again (or the message says which it is)."""
+    current_after = _current(case.raw)
+    exc = case.exc
+    # A deinitialized driver refuses the restore itself: the thread cannot get its context back.
+    restore_refused = case.mode == "DEINITIALIZED" and any(c.restore and c.status for c in case.log)
+    if current_after != current_before and not (case.scn.sets_context and exc is None) and not restore_refused:
+        said = _text(exc) + "\n".join(case.cuda_warnings)
+        name = "no context" if current_after == 0 else format_handle(current_after)
+        if "could not be restored" in said:
+            if name not in said:
+                case.add("C2", f"the message does not name the context now current ({name}): {said[:300]!r}")
+        else:
+            case.add(
+                "G2",
+                f"current context changed from {format_handle(current_before)} to {format_handle(current_after)}",
+            )
+    _set_current(case.raw, current_before)
+
+
+def _check_after_failure(case: _Case, before_state: Any) -> None:
+    """G3: all-or-nothing (the scenario's state is unchanged by a failure) and usable once faults are off."""
+    scn, mode, add, env, state = case.scn, case.mode, case.add, case.env, case.state
+    if mode is not None and case.exc is not None and scn.state is not None and mode != "DEINITIALIZED":
+        try:
+            after_state = scn.state(env, state)
+        except Exception as error:  # noqa: BLE001
+            add("G3", f"reading the state after the failure raised {_describe(error)}")
+        else:
+            if after_state != before_state:
+                add("G3", f"not all-or-nothing: state {before_state!r} became {after_state!r}")
+    if mode not in ("STICKY", "DEINITIALIZED") and scn.probe is not None and case.crashed is None:
+        with warnings.catch_warnings(record=True) as probe_warnings:
+            warnings.simplefilter("always")
+            try:
+                scn.probe(env, state)
+            except SimulatedCrash as crash:
+                add("S2", f"using the objects afterwards crashed the driver: {crash}")
+            except Exception as error:  # noqa: BLE001
+                add("G3", f"not usable after the failure: {_describe(error)}")
+        for w in probe_warnings:
+            if issubclass(w.category, CUDAWarning):
+                add("G3", f"using the objects afterwards warned: {w.message}")
+
+
+def _release_case(case: _Case) -> None:
+    """Release the case's objects (S2 / W5: the driver misuse while doing so is reported)."""
+    sim = case.sim
+    snapshot_end = sim.snapshot() if sim is not None else None
+    # The exception's traceback holds the scenario's objects: drop it, so that they are
+    # collected while their driver is still installed.
+    if case.exc is not None:
+        case.exc.__traceback__ = None
+    case.exc = case.crashed = case.result = None
+    case.caught.clear()
+    if sim is None:
+        _end_leftover_captures(case.raw, case.proxy)
+    _teardown(case.env, case.state, case.raw, case.add)
+    if case.hooks is not None:
+        case.hooks.after_teardown(case.env, case.proxy, case.add)
+    if sim is not None and snapshot_end is not None:
+        sim.drain()
+        _report_misuse(case.add, sim.changes_since(snapshot_end), " while releasing the objects afterwards")
 
 
 _RELEASE_CALLS = frozenset(

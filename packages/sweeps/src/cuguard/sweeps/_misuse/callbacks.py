@@ -127,7 +127,7 @@ def host_callback(s: Session) -> None:
     del fn, entry
     what = f"{kind}({labels})" if kind == "drop" else kind
     outcome = s.perform(
-        "Stream.launch_host_func",
+        "resources.Stream.launch_host_func",
         f"{label}.launch_host_func({what})",
         launch,
         involved=involved,
@@ -137,12 +137,12 @@ def host_callback(s: Session) -> None:
     del launch, involved
     alive = stream()
     if alive is not None and s.model.find(alive) is not None and coin(s.ch, 60):
-        s.perform("Stream.sync", f"{label}.sync()", alive.sync, involved=[(label, alive)], warn_rule="O5")
+        s.perform("resources.Stream.sync", f"{label}.sync()", alive.sync, involved=[(label, alive)], warn_rule="O5")
     del alive
     gc.collect()
     s.settle()
-    _check_dropped(s, "Stream.launch_host_func", handles, outcome)
-    _check_callback_outcomes(s, "Stream.launch_host_func", mark)
+    _check_dropped(s, "resources.Stream.launch_host_func", handles, outcome)
+    _check_callback_outcomes(s, "resources.Stream.launch_host_func", mark)
 
 
 def graph_callback(s: Session) -> None:
@@ -172,17 +172,17 @@ def graph_callback(s: Session) -> None:
         s.perform("del", f"del {labels}; gc.collect()", release, warn_rule="O5")
     made.clear()
     if coin(s.ch, 50):
-        s.perform("Stream.sync", f"{stream.label}.sync()", stream.obj.sync, warn_rule="O5")
+        s.perform("resources.Stream.sync", f"{stream.label}.sync()", stream.obj.sync, warn_rule="O5")
     s.quiesce()
     s.perform("gc.collect", "gc.collect()", gc.collect, warn_rule="O5")
     if launched is not None:
-        _check_dropped(s, "GraphDefinition.callback", handles, launched)
+        _check_dropped(s, "graphs.GraphDefinition.callback", handles, launched)
 
 
 def _build_graph(s: Session, dev: Entry, stream: Entry) -> tuple[list[Entry], Outcome | None, Watched]:
     """Build, instantiate and launch a graph with a callback node; return the pooled graphs and the launch."""
     G = s.L.graphs
-    outcome = s.perform("GraphDefinition", f"GraphDefinition({dev.label})", lambda: G.GraphDefinition(dev.obj))
+    outcome = s.perform("graphs.GraphDefinition()", f"GraphDefinition({dev.label})", lambda: G.GraphDefinition(dev.obj))
     g = s.model.add(outcome.result) if outcome.result is not None else None
     if g is None:
         return [], None, []
@@ -197,7 +197,7 @@ def _build_graph(s: Session, dev: Entry, stream: Entry) -> tuple[list[Entry], Ou
     gobj = g.obj
     add_callback = functools.partial(gobj.callback, fn)
     del fn  # the graph holds the last references once the call is made
-    ok = s.perform("GraphDefinition.callback", f"{g.label}.callback({what})", add_callback).exc is None
+    ok = s.perform("graphs.GraphDefinition.callback", f"{g.label}.callback({what})", add_callback).exc is None
     del add_callback
     ordinal = dev.obj.ordinal
     buffers = [
@@ -211,7 +211,9 @@ def _build_graph(s: Session, dev: Entry, stream: Entry) -> tuple[list[Entry], Ou
     if ok and buffers and coin(s.ch, 60):
         buf = pick(s.ch, buffers).obj
         s.perform(
-            "GraphDefinition.memset", f"{g.label}.memset({s.model.describe(buf)}, 5)", lambda: gobj.memset(buf, 5)
+            "graphs.GraphDefinition.memset",
+            f"{g.label}.memset({s.model.describe(buf)}, 5)",
+            lambda: gobj.memset(buf, 5),
         )
         kernels = [
             e
@@ -226,18 +228,18 @@ def _build_graph(s: Session, dev: Entry, stream: Entry) -> tuple[list[Entry], Ou
             k = pick(s.ch, kernels)
             cfg = pick(s.ch, configs)
             s.perform(
-                "GraphDefinition.launch",
+                "graphs.GraphDefinition.launch",
                 f"{g.label}.launch({cfg.label}, {k.label}, {s.model.describe(buf)}, 9, {buf._size})",
                 lambda: gobj.launch(cfg.obj, k.obj, buf, 9, buf._size),
             )
-    outcome = s.perform("GraphDefinition.instantiate", f"{g.label}.instantiate()", gobj.instantiate)
+    outcome = s.perform("graphs.GraphDefinition.instantiate", f"{g.label}.instantiate()", gobj.instantiate)
     x = s.model.add(outcome.result) if outcome.result is not None else None
     if x is None:
         return [g], None, handles
     s.trace[-1] += f"  -> {x.label}"
     xobj = x.obj
     launched = s.perform(
-        "Graph.launch",
+        "graphs.Graph.launch",
         f"{x.label}.launch({stream.label})",
         lambda: xobj.launch(stream.obj),
         involved=[(x.label, xobj), (stream.label, stream.obj)],

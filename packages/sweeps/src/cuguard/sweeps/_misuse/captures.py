@@ -123,46 +123,50 @@ DESTROYS = frozenset({"cuStreamDestroy", "cuCtxDestroy"})
 #: Operations whose requested work is to wait for or ask about streams, events or contexts.
 SYNC_OPS = frozenset(
     {
-        "Stream.sync",
-        "Stream.query",
-        "Stream.wait",
-        "Event.sync",
-        "Event.query",
-        "Event.elapsed_since",
-        "Device.sync",
-        "Context.synchronize",
-        "wait_attributed",
+        "resources.Stream.sync",
+        "resources.Stream.query",
+        "resources.Stream.wait",
+        "resources.Event.sync",
+        "resources.Event.query",
+        "resources.Event.elapsed_since",
+        "resources.Device.sync",
+        "context.Context.synchronize",
+        "resources.wait_attributed",
         "errors.attribute_faults",  # attribution waits for a launch (but never for a captured one: checked)
-        "Buffer.from_cuda_array_interface",  # without a stream it synchronizes the producer's stream (documented)
+        # without a stream it synchronizes the producer's stream (documented)
+        "resources.Buffer.from_cuda_array_interface",
     }
 )
 #: Operations whose requested work allocates, copies or sets memory (they may also wait for the copy).
 MEMORY_OPS = frozenset(
     {
-        "Device.allocate",
-        "Device.allocate_pinned",
-        "Buffer.copy_from",
-        "Buffer.copy_to",
-        "PinnedBuffer.copy_from",
-        "PinnedBuffer.copy_to",
-        "Device.memory_resource",  # Device.allocate through the resource set
-        "Buffer.fill",
-        "Buffer.from_dlpack",
-        "PinnedBuffer.numpy",
-        "VirtualMemoryResource.modify_allocation",
-        "ManagedMemoryResource.prefetch",
-        *(f"{cls}.allocate" for cls in ("DeviceMemoryResource", "PinnedMemoryResource", "ManagedMemoryResource")),
-        *(f"{cls}.allocate" for cls in ("VirtualMemoryResource", "LegacyPinnedMemoryResource")),
+        "resources.Device.allocate",
+        "resources.Device.allocate_pinned",
+        "resources.Buffer.copy_from",
+        "resources.Buffer.copy_to",
+        "resources.PinnedBuffer.copy_from",
+        "resources.PinnedBuffer.copy_to",
+        "resources.Device.memory_resource",  # Device.allocate through the resource set
+        "resources.Buffer.fill",
+        "resources.Buffer.from_dlpack",
+        "resources.PinnedBuffer.numpy",
+        "resources.VirtualMemoryResource.modify_allocation",
+        "resources.ManagedMemoryResource.prefetch",
+        *(
+            f"resources.{cls}.allocate"
+            for cls in ("DeviceMemoryResource", "PinnedMemoryResource", "ManagedMemoryResource")
+        ),
+        *(f"resources.{cls}.allocate" for cls in ("VirtualMemoryResource", "LegacyPinnedMemoryResource")),
     }
 )
 #: Operations that destroy a stream or context on request.
 DESTROY_OPS = frozenset(
     {
-        "Stream.close",
-        "Stream.__exit__",
-        "GraphBuilder.close",
-        "GraphBuilder.__exit__",
-        "Context.close",
+        "resources.Stream.close",
+        "resources.Stream.__exit__",
+        "graphs.GraphBuilder.close",
+        "graphs.GraphBuilder.__exit__",
+        "context.Context.close",
     }
 )
 
@@ -177,7 +181,7 @@ def legitimate(op: str) -> frozenset[str]:
         calls |= UNSAFE | SYNCS
     if base in DESTROY_OPS:
         calls |= DESTROYS
-        if base.startswith("Context."):
+        if base.startswith("context.Context."):
             calls |= SYNCS  # destroying a context waits for its work first
     return frozenset(calls)
 
@@ -444,7 +448,7 @@ def _capture_stream(s: Session, thread: str, where: str) -> tuple[Any, str] | No
         outcome = _perform_on(
             s,
             thread,
-            "Device.create_stream",
+            "resources.Device.create_stream",
             f"{dev.label}.create_stream(non_blocking={non_blocking})",
             lambda: dev.obj.create_stream(non_blocking=non_blocking),
         )
@@ -455,7 +459,9 @@ def _capture_stream(s: Session, thread: str, where: str) -> tuple[Any, str] | No
         idle = [e for e in foreign if not _capturing(s, e.obj.raw_handle)]
         fs = pick(s.ch, idle if idle and coin(s.ch, 85) else foreign)
         if coin(s.ch, 60):
-            outcome = _perform_on(s, thread, "as_stream", f"as_stream({fs.label})", lambda: R.as_stream(fs.obj))
+            outcome = _perform_on(
+                s, thread, "resources.as_stream", f"as_stream({fs.label})", lambda: R.as_stream(fs.obj)
+            )
         else:
             contexts = [
                 e
@@ -468,7 +474,7 @@ def _capture_stream(s: Session, thread: str, where: str) -> tuple[Any, str] | No
             outcome = _perform_on(
                 s,
                 thread,
-                "Stream.wrap",
+                "resources.Stream.wrap",
                 f"Stream.wrap({fs.label}, {ctx.label})",
                 lambda: R.Stream.wrap(fs.obj, ctx.obj),
             )
@@ -506,7 +512,11 @@ def begin(s: Session, thread: str) -> None:
         return
     stream, label = found
     outcome = _perform_on(
-        s, thread, "GraphBuilder", f"GraphBuilder({label}, mode={mode!r})", lambda: G.GraphBuilder(stream, mode=mode)
+        s,
+        thread,
+        "graphs.GraphBuilder()",
+        f"GraphBuilder({label}, mode={mode!r})",
+        lambda: G.GraphBuilder(stream, mode=mode),
     )
     if outcome is None or outcome.exc is not None:
         return
@@ -515,7 +525,7 @@ def begin(s: Session, thread: str) -> None:
     entry = s.model.find(builder)
     blabel = entry.label if entry is not None else "builder"
     outcome = _perform_on(
-        s, thread, "GraphBuilder.begin_building", f"{blabel}.begin_building()", builder.begin_building
+        s, thread, "graphs.GraphBuilder.begin_building", f"{blabel}.begin_building()", builder.begin_building
     )
     if outcome is None or outcome.exc is not None:
         return
@@ -531,13 +541,13 @@ def end(s: Session, record: CaptureRecord, *, complete: bool) -> None:
         return
     thread = record.thread if coin(s.ch, 85) else ("second" if record.thread == "main" else "main")
     outcome = _perform_on(
-        s, thread, "GraphBuilder.end_building", f"{record.label}.end_building()", builder.end_building
+        s, thread, "graphs.GraphBuilder.end_building", f"{record.label}.end_building()", builder.end_building
     )
     if outcome is None or outcome.exc is not None:
         return
     s.exercised[f"ended {record.mode}/{record.where}/{record.thread}"] += 1
     if complete:
-        outcome = _perform_on(s, thread, "GraphBuilder.complete", f"{record.label}.complete()", builder.complete)
+        outcome = _perform_on(s, thread, "graphs.GraphBuilder.complete", f"{record.label}.complete()", builder.complete)
         if outcome is not None and outcome.exc is None:
             s.pool_result(outcome.result)
 
@@ -549,7 +559,7 @@ def abandon(s: Session, record: CaptureRecord) -> None:
         return
     thread = pick(s.ch, ("main", "second"))
     if coin(s.ch, 50):
-        _perform_on(s, thread, "GraphBuilder.close", f"{record.label}.close()", builder.close)
+        _perform_on(s, thread, "graphs.GraphBuilder.close", f"{record.label}.close()", builder.close)
     else:
         entry = s.model.find(builder)
         pool = s.model.pool
@@ -595,7 +605,11 @@ def second_thread(s: Session) -> None:
     if action == "close":
         go = steps.close_call(s)
     elif action == "launch":
-        ops = [s.by_name[name] for name in ("launch", "GraphBuilder.launch", "Graph.launch") if name in s.by_name]
+        ops = [
+            s.by_name[name]
+            for name in ("resources.launch", "graphs.GraphBuilder.launch", "graphs.Graph.launch")
+            if name in s.by_name
+        ]
         go = s.prepare(pick(s.ch, ops))
     else:
         go = s.prepare()

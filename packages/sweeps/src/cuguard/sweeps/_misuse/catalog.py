@@ -103,11 +103,19 @@ def _members(cls: type) -> list[str]:
     return sorted(found)
 
 
-def public_callables(L: SimpleNamespace) -> list[str]:
-    """Every public callable of every layer: ``layer.function``, ``Class`` and ``Class.member``.
+def _home(value: type, exporter: str) -> str:
+    """The layer a class belongs to: the one whose package defines it (else the one exporting it)."""
+    module = getattr(value, "__module__", "")
+    return next((layer for layer in LAYERS if module.startswith(f"cuguard.{layer}.")), exporter)
 
-    A layer's declared interface for the layers above (its ``lowlevel`` module) counts as public:
-    its names are keyed like the layer's own.
+
+def public_callables(L: SimpleNamespace) -> list[str]:
+    """Every public callable of every layer, in the naming scheme of :mod:`cuguard.sweeps`.
+
+    ``layer.function``, ``layer.Class()`` (the class itself: constructing it) and
+    ``layer.Class.member`` (its public methods and properties). A layer's declared
+    interface for the layers above (its ``lowlevel`` module) counts as public: its
+    names are keyed like the layer's own.
     """
     names: set[str] = set()
     for layer in LAYERS:
@@ -121,39 +129,69 @@ def public_callables(L: SimpleNamespace) -> list[str]:
             if isinstance(value, types.ModuleType):
                 continue
             if isinstance(value, type):
-                names.add(name)
-                names.update(f"{name}.{member}" for member in _members(value))
+                home = _home(value, layer)
+                names.add(f"{home}.{name}()")
+                names.update(f"{home}.{name}.{member}" for member in _members(value))
             elif callable(value):
                 names.add(f"{layer}.{name}")
     return sorted(names)
 
 
 def _drawn(key: str, op_names: set[str]) -> bool:
-    """Whether an operation of the catalog calls ``key`` (its name, or a variant ``key[...]`` or ``key.part``)."""
-    candidates = [key]
-    head, _, rest = key.partition(".")
-    if head in LAYERS:
-        candidates.append(rest)  # layer functions are named without their layer in the catalog
-    is_class = "." not in key and key[:1].isupper()
-    for c in candidates:
-        for name in op_names:
-            if name == c or name.startswith(c + "["):
-                return True
-            if not is_class and name.startswith(c + "."):
-                return True
+    """Whether an operation of the catalog calls ``key``: its name, a variant ``key[...]``, or a part ``key.part``.
+
+    A part is a member of what a member returns (``graphs.Node.pred.add`` draws ``graphs.Node.pred``).
+    """
+    for name in op_names:
+        if name == key or name.startswith(key + "["):
+            return True
+        if not key.endswith("()") and name.startswith(key + "."):
+            return True
     return False
+
+
+def _resolves(L: SimpleNamespace, name: str) -> bool:
+    """Whether ``name`` (without its ``[variant]``) starts with a public callable of its layer, as the scheme says.
+
+    ``layer.function`` and ``layer.Class()`` name what the layer (or its ``lowlevel`` interface)
+    exports; ``layer.Class.member[.part]`` a member of that class.
+    """
+    layer, _, rest = name.split("[", 1)[0].partition(".")
+    if layer not in LAYERS or not rest:
+        return False
+    head, _, member = rest.partition(".")
+    constructs = head.endswith("()")
+    head = head.removesuffix("()")
+    module = getattr(L, layer)
+    spec = importlib.util.find_spec(f"{module.__name__}.lowlevel")
+    owners = [module] if spec is None else [module, importlib.import_module(spec.name)]
+    exported = [getattr(owner, head) for owner in owners if head in getattr(owner, "__all__", ())]
+    if not exported:
+        return False
+    if constructs:
+        return not member and isinstance(exported[0], type)
+    if not member:
+        return True
+    member = member.split(".", 1)[0]
+    return not isinstance(exported[0], type) or hasattr(exported[0], member)
 
 
 def coverage_problems(L: SimpleNamespace, ops: list[Op], steps: frozenset[str]) -> list[str]:
     """What keeps the catalog from being complete: callables with neither an entry nor a reason, and bad rows.
 
-    A row of :data:`COVERAGE` names an operation of the catalog, a step kind
+    An operation whose name does not start with a public callable in the naming scheme of
+    :mod:`cuguard.sweeps` is a problem too. A row of :data:`COVERAGE` names an operation of the catalog, a step kind
     (``"step:<kind>"``) or gives a written reason (a sentence) why the callable
     is not drawn.
     """
     op_names = {op.name for op in ops}
     public = public_callables(L)
     problems = [
+        f"{name}: an operation name outside the naming scheme (layer.function, layer.Class(), layer.Class.member)"
+        for name in sorted(op_names)
+        if not _resolves(L, name)
+    ]
+    problems += [
         f"{key}: no catalog entry and no reason in COVERAGE"
         for key in public
         if key not in COVERAGE and not _drawn(key, op_names)

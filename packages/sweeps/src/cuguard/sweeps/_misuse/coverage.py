@@ -52,48 +52,50 @@ _IPC_OTHER_PROCESS = (
 
 COVERAGE: dict[str, str] = {
     # --- errors ---
-    **_rows("op:errors.CUDAError", "CUDAError", "CUDAError.is_sticky"),
+    **_rows("op:errors.CUDAError", "errors.CUDAError()", "errors.CUDAError.is_sticky"),
     **_rows(
         _EXCEPTIONS,
-        "CUDADriverNotFoundError",
-        "GraphUpdateError",
-        "LibraryNotFoundError",
-        "NVJitLinkError",
-        "NVRTCError",
-        "NVVMError",
-        "ResourceClosedError",
-        "StickyCUDAError",
+        "errors.CUDADriverNotFoundError()",
+        "graphs.GraphUpdateError()",
+        "errors.LibraryNotFoundError()",
+        "errors.NVJitLinkError()",
+        "errors.NVRTCError()",
+        "errors.NVVMError()",
+        "errors.ResourceClosedError()",
+        "errors.StickyCUDAError()",
     ),
     **_rows(
         _STICKY,
-        "CUDADriverNotFoundError.is_sticky",
-        "GraphUpdateError.is_sticky",
-        "NVJitLinkError.is_sticky",
-        "NVRTCError.is_sticky",
-        "NVVMError.is_sticky",
-        "StickyCUDAError.is_sticky",
+        "errors.CUDADriverNotFoundError.is_sticky",
+        "graphs.GraphUpdateError.is_sticky",
+        "errors.NVJitLinkError.is_sticky",
+        "errors.NVRTCError.is_sticky",
+        "errors.NVVMError.is_sticky",
+        "errors.StickyCUDAError.is_sticky",
     ),
-    "CUDAWarning": "a warning class: every step checks the CUDAWarnings it caused (W1, W4, O6)",
-    "StickyFaultWarning": "a CUDAWarning class: the steps check it as every CUDAWarning they caused (W1, W7)",
-    "RaceWarning": "a CUDAWarning class of the race checker (B7), which the misuse sweep leaves off",
+    "errors.CUDAWarning()": "a warning class: every step checks the CUDAWarnings it caused (W1, W4, O6)",
+    "errors.StickyFaultWarning()": "a CUDAWarning class: the steps check it as every CUDAWarning they caused (W1, W7)",
+    "resources.RaceWarning()": "a CUDAWarning class of the race checker (B7), which the misuse sweep leaves off",
     "resources.racecheck": "turns the process-wide race checker (B7) on or off; no driver call, left off by the sweep",
     "resources.racecheck_enabled": "reads the race checker's flag (B7): no driver call, nothing to misuse",
-    "DriverSeam": "the type of cuguard.errors.driver, the seam every driver call goes through; never constructed",
-    "Unique": "step:copy",
+    "errors.DriverSeam()": (
+        "the type of cuguard.errors.driver, the seam every driver call goes through; never constructed"
+    ),
+    "errors.Unique()": "step:copy",
     # --- the layers' declared interfaces for the layers above (their lowlevel modules) ---
     **_rows(
         "a lock type the layers make with deferring_lock; its use is swept through every locked operation",
-        "DeferringLock",
-        "DeferringLock.acquire",
-        "DeferringLock.locked",
-        "DeferringLock.release",
+        "errors.DeferringLock()",
+        "errors.DeferringLock.acquire",
+        "errors.DeferringLock.locked",
+        "errors.DeferringLock.release",
     ),
     **_rows(
         "the owner table graphs and captures keep; every graph and capture operation of the catalog fills it",
-        "OwnerTable",
-        "OwnerTable.copy",
-        "OwnerTable.keep",
-        "OwnerTable.merge",
+        "resources.OwnerTable()",
+        "resources.OwnerTable.copy",
+        "resources.OwnerTable.keep",
+        "resources.OwnerTable.merge",
         "resources.retain",
         "resources.split_written",
         "resources.capture_began",
@@ -147,42 +149,69 @@ COVERAGE: dict[str, str] = {
     "errors.out_of_range": "op:errors.wrong_kind",
     "errors.refuse_construction": "step:construct",
     # --- context ---
-    "Context": "step:construct",
-    **_rows("op:Context.is_primary", "Context.closed", "Context.owned", "Context.stale"),
+    "context.Context()": "step:construct",
+    **_rows(
+        "op:context.Context.is_primary", "context.Context.closed", "context.Context.owned", "context.Context.stale"
+    ),
     # --- resources: factory-made classes (direct construction is refused: O1) ---
     **_rows(
-        "step:construct", "Buffer", "Event", "Kernel", "Module", "PinnedBuffer", "Resource", "Stream", "Graph", "Node"
+        "step:construct",
+        "resources.Buffer()",
+        "resources.Event()",
+        "resources.Kernel()",
+        "resources.Module()",
+        "resources.PinnedBuffer()",
+        "resources.Resource()",
+        "resources.Stream()",
+        "graphs.Graph()",
+        "graphs.Node()",
     ),
-    **_rows("op:Buffer.size", "Buffer.closed", "Buffer.context", "Buffer.device", "Buffer.owned", "Buffer.stream"),
-    "Buffer.handle": "op:Buffer.ptr",
-    "Buffer.from_ipc_descriptor": _IPC_OTHER_PROCESS,
-    "Event.from_ipc_descriptor": _IPC_OTHER_PROCESS,
-    "IPCAllocationHandle.from_fd": _IPC_OTHER_PROCESS,
-    **_rows("op:Event.timing", "Event.closed", "Event.context", "Event.device"),
-    "Event.is_ipc_enabled": "op:Event.get_ipc_descriptor",
-    **_rows("op:Device.properties", "Device.arch", "Device.uuid"),
-    "Device.handle": "op:Device.ordinal",
-    **_rows("op:Stream.device", "Stream.closed", "Stream.context"),
-    "Stream.priority": "op:Stream.flags",
-    **_rows("op:Module.handle", "Module.closed", "Module.context"),
-    "Kernel.num_arguments": "op:Kernel.handle",
-    **_rows("op:PinnedBuffer.size", "PinnedBuffer.closed", "PinnedBuffer.context", "PinnedBuffer.memory_resource"),
-    "PinnedBuffer.handle": "op:PinnedBuffer.address",
-    **_rows("op:LaunchConfig.dims", "LaunchConfig.is_cooperative", "LaunchConfig.shared_mem"),
-    "Resource.close": "the base class's close(), drawn as Stream.close, Event.close, Buffer.close and Module.close",
+    **_rows(
+        "op:resources.Buffer.size",
+        "resources.Buffer.closed",
+        "resources.Buffer.context",
+        "resources.Buffer.device",
+        "resources.Buffer.owned",
+        "resources.Buffer.stream",
+    ),
+    "resources.Buffer.handle": "op:resources.Buffer.ptr",
+    "resources.Buffer.from_ipc_descriptor": _IPC_OTHER_PROCESS,
+    "resources.Event.from_ipc_descriptor": _IPC_OTHER_PROCESS,
+    "resources.IPCAllocationHandle.from_fd": _IPC_OTHER_PROCESS,
+    **_rows("op:resources.Event.timing", "resources.Event.closed", "resources.Event.context", "resources.Event.device"),
+    "resources.Event.is_ipc_enabled": "op:resources.Event.get_ipc_descriptor",
+    **_rows("op:resources.Device.properties", "resources.Device.arch", "resources.Device.uuid"),
+    "resources.Device.handle": "op:resources.Device.ordinal",
+    **_rows("op:resources.Stream.device", "resources.Stream.closed", "resources.Stream.context"),
+    "resources.Stream.priority": "op:resources.Stream.flags",
+    **_rows("op:resources.Module.handle", "resources.Module.closed", "resources.Module.context"),
+    "resources.Kernel.num_arguments": "op:resources.Kernel.handle",
+    **_rows(
+        "op:resources.PinnedBuffer.size",
+        "resources.PinnedBuffer.closed",
+        "resources.PinnedBuffer.context",
+        "resources.PinnedBuffer.memory_resource",
+    ),
+    "resources.PinnedBuffer.handle": "op:resources.PinnedBuffer.address",
+    **_rows(
+        "op:resources.LaunchConfig.dims", "resources.LaunchConfig.is_cooperative", "resources.LaunchConfig.shared_mem"
+    ),
+    "resources.Resource.close": (
+        "the base class's close(), drawn as Stream.close, Event.close, Buffer.close and Module.close"
+    ),
     **_rows(
         "properties of the base class, drawn on each subclass (Stream, Event, Buffer, PinnedBuffer, Module)",
-        "Resource.closed",
-        "Resource.context",
-        "Resource.handle",
+        "resources.Resource.closed",
+        "resources.Resource.context",
+        "resources.Resource.handle",
     ),
     # --- resources: typed views (a view owns no handle: made by its class methods, drawn on buffers) ---
     **_rows(
-        "op:StridedMemoryView.from_buffer",
-        "StridedMemoryView",
+        "op:resources.StridedMemoryView.from_buffer",
+        "resources.StridedMemoryView()",
         "resources.args_viewable_as_strided_memory",
         *_members_of(
-            "StridedMemoryView",
+            "resources.StridedMemoryView",
             "device_id",
             "dtype",
             "exporting_obj",
@@ -199,17 +228,27 @@ COVERAGE: dict[str, str] = {
         ),
     ),
     # --- resources: memory resources ---
-    **{key: f"op:{cls}.accounting" for cls in MEMORY_RESOURCES for key in _members_of(cls, *_ACCOUNTING)},
-    **{key: f"op:{cls}.state" for cls in POOL_RESOURCES for key in _members_of(cls, *_POOL_STATE)},
-    "VirtualMemoryResource.options": "op:VirtualMemoryResource.granularity",
-    "MemoryResource": "the abstract base of the memory resources: each concrete resource is drawn instead",
+    **{
+        key: f"op:resources.{cls}.held[accounting]"
+        for cls in MEMORY_RESOURCES
+        for key in _members_of(f"resources.{cls}", *_ACCOUNTING)
+        if key != f"resources.{cls}.held"
+    },
+    **{
+        key: f"op:resources.{cls}.owned[state]"
+        for cls in POOL_RESOURCES
+        for key in _members_of(f"resources.{cls}", *_POOL_STATE)
+        if key != f"resources.{cls}.owned"
+    },
+    "resources.VirtualMemoryResource.options": "op:resources.VirtualMemoryResource.granularity",
+    "resources.MemoryResource()": "the abstract base of the memory resources: each concrete resource is drawn instead",
     **_rows(
         "an abstract method of the base class, drawn on each concrete memory resource",
-        *_members_of("MemoryResource", "allocate", "deallocate", *_ACCOUNTING),
+        *_members_of("resources.MemoryResource", "allocate", "deallocate", *_ACCOUNTING),
     ),
-    "MemoryPoolAttributes": _RESULT,
+    "resources.MemoryPoolAttributes()": _RESULT,
     **{
-        f"MemoryPoolAttributes.{name}": "op:DeviceMemoryResource.attributes"
+        f"resources.MemoryPoolAttributes.{name}": "op:resources.DeviceMemoryResource.attributes"
         for name in (
             "release_threshold",
             "reuse_follow_event_dependencies",
@@ -221,95 +260,115 @@ COVERAGE: dict[str, str] = {
             "used_mem_high",
         )
     },
-    "MemoryPoolAttributes.reset_high_watermarks": "op:DeviceMemoryResource.reset_high_watermarks",
-    **_rows(
-        "op:DeviceMemoryResource.get_allocation_handle",
-        "IPCAllocationHandle.close",
-        "IPCAllocationHandle.closed",
-        "IPCAllocationHandle.fd",
+    "resources.MemoryPoolAttributes.reset_high_watermarks": (
+        "op:resources.DeviceMemoryResource.attributes.reset_high_watermarks"
     ),
-    **_rows(_RESULT, "IPCAllocationHandle", "IPCBufferDescriptor", "IPCEventDescriptor"),
-    **_rows(_OPTIONS, "DeviceMemoryResourceOptions", "PinnedMemoryResourceOptions", "VirtualMemoryResourceOptions"),
-    **_rows(_RESULT, "MemoryRecord", "MemoryReport"),
-    **_rows("op:resources.memory_in_use", "MemoryReport.by_device", "MemoryReport.by_source", "MemoryReport.total"),
+    **_rows(
+        "op:resources.DeviceMemoryResource.get_allocation_handle",
+        "resources.IPCAllocationHandle.close",
+        "resources.IPCAllocationHandle.closed",
+        "resources.IPCAllocationHandle.fd",
+    ),
+    **_rows(
+        _RESULT, "resources.IPCAllocationHandle()", "resources.IPCBufferDescriptor()", "resources.IPCEventDescriptor()"
+    ),
+    **_rows(
+        _OPTIONS,
+        "resources.DeviceMemoryResourceOptions()",
+        "resources.PinnedMemoryResourceOptions()",
+        "resources.VirtualMemoryResourceOptions()",
+    ),
+    **_rows(_RESULT, "resources.MemoryRecord()", "resources.MemoryReport()"),
+    **_rows(
+        "op:resources.memory_in_use",
+        "resources.MemoryReport.by_device",
+        "resources.MemoryReport.by_source",
+        "resources.MemoryReport.total",
+    ),
     # --- resources: kernels, code, compilers ---
     **_rows(
         _RESULT,
-        "DeviceProperties",
-        "KernelAttributes",
-        "KernelOccupancy",
-        "KernelParameter",
-        "MaxPotentialBlockSizeOccupancyResult",
+        "resources.DeviceProperties()",
+        "resources.KernelAttributes()",
+        "resources.KernelOccupancy()",
+        "resources.KernelParameter()",
+        "resources.MaxPotentialBlockSizeOccupancyResult()",
     ),
-    **{f"KernelAttributes.{name}": "op:Kernel.attributes" for name in KERNEL_ATTRIBUTES},
-    "KernelOccupancy.max_active_blocks_per_multiprocessor": "op:Kernel.occupancy",
-    "KernelOccupancy.max_potential_block_size": "op:Kernel.occupancy.max_potential_block_size",
-    "KernelOccupancy.available_dynamic_shared_memory_per_block": (
-        "op:Kernel.occupancy.available_dynamic_shared_memory_per_block"
+    **{f"resources.KernelAttributes.{name}": "op:resources.Kernel.attributes" for name in KERNEL_ATTRIBUTES},
+    "resources.KernelOccupancy.max_active_blocks_per_multiprocessor": "op:resources.Kernel.occupancy",
+    "resources.KernelOccupancy.max_potential_block_size": "op:resources.Kernel.occupancy.max_potential_block_size",
+    "resources.KernelOccupancy.available_dynamic_shared_memory_per_block": (
+        "op:resources.Kernel.occupancy.available_dynamic_shared_memory_per_block"
     ),
-    "KernelOccupancy.max_active_clusters": "op:Kernel.occupancy.max_active_clusters",
-    "KernelOccupancy.max_potential_cluster_size": "op:Kernel.occupancy.max_potential_cluster_size",
-    "KernelParameter.kind": "op:Kernel.parameters",
-    "ObjectCode": "a value holding code bytes (no driver handle), made by its from_* methods, which are drawn",
+    "resources.KernelOccupancy.max_active_clusters": "op:resources.Kernel.occupancy.max_active_clusters",
+    "resources.KernelOccupancy.max_potential_cluster_size": "op:resources.Kernel.occupancy.max_potential_cluster_size",
+    "resources.KernelParameter.kind": "op:resources.Kernel.parameters",
+    "resources.ObjectCode()": (
+        "a value holding code bytes (no driver handle), made by its from_* methods, which are drawn"
+    ),
     **_rows(
-        "op:ObjectCode.from_cubin",
-        "ObjectCode.code",
-        "ObjectCode.code_type",
-        "ObjectCode.name",
-        "ObjectCode.symbol_mapping",
+        "op:resources.ObjectCode.from_cubin",
+        "resources.ObjectCode.code",
+        "resources.ObjectCode.code_type",
+        "resources.ObjectCode.name",
+        "resources.ObjectCode.symbol_mapping",
     ),
-    "ObjectCode.lowered_name": "op:ObjectCode.from_ptx",
+    "resources.ObjectCode.lowered_name": "op:resources.ObjectCode.from_ptx",
     **_rows(
-        "op:Program.compile",
-        "Program",
-        "Program.backend",
-        "Program.close",
-        "Program.code",
-        "Program.code_type",
-        "Program.options",
-        "ProgramOptions.as_options",
-        "ProgramCache",
-        "ProgramCache.get",
-        "ProgramCache.key",
-        "ProgramCache.put",
+        "op:resources.Program.compile",
+        "resources.Program()",
+        "resources.Program.backend",
+        "resources.Program.close",
+        "resources.Program.code",
+        "resources.Program.code_type",
+        "resources.Program.options",
+        "resources.ProgramOptions.as_options",
+        "resources.ProgramCache()",
+        "resources.ProgramCache.get",
+        "resources.ProgramCache.key",
+        "resources.ProgramCache.put",
     ),
-    "ProgramCache.clear": "it empties the sweep's own compilation cache, which would only make Program.compile slower",
-    "ProgramOptions": _OPTIONS,
-    "LinkerOptions": _OPTIONS,
+    "resources.ProgramCache.clear": (
+        "it empties the sweep's own compilation cache, which would only make Program.compile slower"
+    ),
+    "resources.ProgramOptions()": _OPTIONS,
+    "resources.LinkerOptions()": _OPTIONS,
     **_rows(
-        "op:Linker.link",
-        "Linker",
-        "Linker.backend",
-        "Linker.close",
-        "Linker.get_error_log",
-        "Linker.get_info_log",
-        "LinkerOptions.as_options",
+        "op:resources.Linker.link",
+        "resources.Linker()",
+        "resources.Linker.backend",
+        "resources.Linker.close",
+        "resources.Linker.get_error_log",
+        "resources.Linker.get_info_log",
+        "resources.LinkerOptions.as_options",
     ),
     # --- graphs ---
-    "GraphDefinition.closed": "op:GraphDefinition.context",
-    "GraphDefinition.edges": "op:GraphDefinition.nodes",
-    "Graph.closed": "op:Graph.handle",
-    **_rows("op:Node.type", "Node.closed", "Node.graph", "Node.params"),
-    "Node.condition": "op:Node.branches",
-    "GraphCondition": "step:construct",
-    **_rows("op:GraphCondition.handle", "GraphCondition.default", "GraphCondition.graph"),
+    "graphs.GraphDefinition.closed": "op:graphs.GraphDefinition.context",
+    "graphs.GraphDefinition.edges": "op:graphs.GraphDefinition.nodes",
+    "graphs.Graph.closed": "op:graphs.Graph.handle",
+    **_rows("op:graphs.Node.type", "graphs.Node.closed", "graphs.Node.graph", "graphs.Node.params"),
+    "graphs.Node.condition": "op:graphs.Node.branches",
+    "graphs.GraphCondition()": "step:construct",
+    **_rows("op:graphs.GraphCondition.handle", "graphs.GraphCondition.default", "graphs.GraphCondition.graph"),
     **_rows(
-        "op:GraphBuilder.status",
-        "GraphBuilder.closed",
-        "GraphBuilder.is_building",
-        "GraphBuilder.mode",
-        "GraphBuilder.stream",
+        "op:graphs.GraphBuilder.status",
+        "graphs.GraphBuilder.closed",
+        "graphs.GraphBuilder.is_building",
+        "graphs.GraphBuilder.mode",
+        "graphs.GraphBuilder.stream",
     ),
-    "EdgeView": "the type of Node.pred and Node.succ (never constructed by users); its methods are drawn through them",
+    "graphs.EdgeView()": (
+        "the type of Node.pred and Node.succ (never constructed by users); its methods are drawn through them"
+    ),
     **{
-        f"EdgeView.{name}": f"op:Node.pred.{name}"
+        f"graphs.EdgeView.{name}": f"op:graphs.Node.pred.{name}"
         for name in ("add", "clear", "difference_update", "discard", "pop", "remove", "update")
     },
-    "ConditionalBody": "step:construct",
+    "graphs.ConditionalBody()": "step:construct",
     **_rows(
         _BODY,
         *_members_of(
-            "ConditionalBody",
+            "graphs.ConditionalBody",
             "allocate",
             "callback",
             "clone",

@@ -37,16 +37,18 @@ def capture_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     state = (RuntimeError,)  # documented: an operation that needs a capture in progress (or ended) without one
     modes = _v("mode", "relaxed", "relaxed", "thread_local", "global", "loose", None, 2, good=4)
     add(
-        "GraphBuilder",
+        "graphs.GraphBuilder()",
         None,
         lambda s, mode: G.GraphBuilder(s, mode=mode),
         _p("stream", frozenset({"Stream"}), "Stream"),
         modes,
         weight=2,
     )
-    add("GraphBuilder.begin_building", "GraphBuilder", lambda b: b.begin_building(), extra_errors=state, weight=3)
     add(
-        "GraphBuilder.begin_building[mode]",
+        "graphs.GraphBuilder.begin_building", "GraphBuilder", lambda b: b.begin_building(), extra_errors=state, weight=3
+    )
+    add(
+        "graphs.GraphBuilder.begin_building[mode]",
         "GraphBuilder",
         lambda b, mode: b.begin_building(mode),
         _v("mode", "relaxed", "thread_local", "global", None, "loose", 2, good=4),
@@ -54,7 +56,7 @@ def capture_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=2,
     )
     add(
-        "GraphBuilder.launch",
+        "graphs.GraphBuilder.launch",
         "GraphBuilder",
         lambda b, config, kernel, *args: b.launch(config, kernel, *args),
         _p("config", CONFIG, "LaunchConfig"),
@@ -65,42 +67,42 @@ def capture_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     # keep() takes any object: nothing is a wrong kind; closed objects and copies are kept as given.
     add(
-        "GraphBuilder.keep",
+        "graphs.GraphBuilder.keep",
         "GraphBuilder",
         lambda b, *objects: b.keep(*objects),
         Param("objects", ANY, "", star=True, uses=False, naming=False),
         extra_errors=state,
         weight=2,
     )
-    add("GraphBuilder.end_building", "GraphBuilder", lambda b: b.end_building(), extra_errors=state, weight=3)
-    add("GraphBuilder.complete", "GraphBuilder", lambda b: b.complete(), extra_errors=state, weight=2)
+    add("graphs.GraphBuilder.end_building", "GraphBuilder", lambda b: b.end_building(), extra_errors=state, weight=3)
+    add("graphs.GraphBuilder.complete", "GraphBuilder", lambda b: b.complete(), extra_errors=state, weight=2)
     add(
-        "GraphBuilder.split",
+        "graphs.GraphBuilder.split",
         "GraphBuilder",
         lambda b, n: b.split(n),
         _v("count", 2, 1, 0, "2", None, good=2),
         extra_errors=state,
     )
     add(
-        "GraphBuilder.join",
+        "graphs.GraphBuilder.join",
         "GraphBuilder",
         lambda b, f: b.join(f),
         _p("forks", BUILDER, "GraphBuilder"),
         extra_errors=state,
     )
     add(
-        "GraphBuilder.embed",
+        "graphs.GraphBuilder.embed",
         "GraphBuilder",
         lambda b, c: b.embed(c),
         _p("child", GRAPHDEF | BUILDER, "GraphBuilder"),
         extra_errors=state,
     )
-    add("GraphBuilder.callback", "GraphBuilder", lambda b: b.callback(_noop), extra_errors=(*state, ValueError))
+    add("graphs.GraphBuilder.callback", "GraphBuilder", lambda b: b.callback(_noop), extra_errors=(*state, ValueError))
     # Conditional nodes in a capture: ValueError is documented for a condition of another capture (or
     # one a node uses already) and for a body builder, which holds no conditional or host nodes.
     conditional = (RuntimeError, ValueError)
     add(
-        "GraphBuilder.create_condition",
+        "graphs.GraphBuilder.create_condition",
         "GraphBuilder",
         lambda b, d: b.create_condition(d),
         _v("default", 0, 1, None, -1, 2**32, 1.5, "1", good=3),
@@ -108,10 +110,10 @@ def capture_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=2,
     )
     bcond = _p("condition", GRAPHCOND, "GraphCondition")
-    add("GraphBuilder.if_then", "GraphBuilder", lambda b, c: b.if_then(c), bcond, extra_errors=conditional)
-    add("GraphBuilder.if_else", "GraphBuilder", lambda b, c: b.if_else(c), bcond, extra_errors=conditional)
+    add("graphs.GraphBuilder.if_then", "GraphBuilder", lambda b, c: b.if_then(c), bcond, extra_errors=conditional)
+    add("graphs.GraphBuilder.if_else", "GraphBuilder", lambda b, c: b.if_else(c), bcond, extra_errors=conditional)
     add(
-        "GraphBuilder.switch",
+        "graphs.GraphBuilder.switch",
         "GraphBuilder",
         lambda b, c, n: b.switch(c, n),
         bcond,
@@ -120,7 +122,7 @@ def capture_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     # Not on a GPU: nothing in the sweep clears a condition (see GraphDefinition.while_loop).
     add(
-        "GraphBuilder.while_loop",
+        "graphs.GraphBuilder.while_loop",
         "GraphBuilder",
         lambda b, c: b.while_loop(c),
         bcond,
@@ -128,10 +130,10 @@ def capture_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         real=False,
     )
     capture_modes = _v("mode", "relaxed", "thread_local", "global", "loose", None, 2, good=3)
-    add("exchange_capture_mode", None, G.exchange_capture_mode, capture_modes)
-    add("capture_mode", None, lambda mode: _in_capture_mode(G, mode), capture_modes)
-    add("GraphBuilder.status", "GraphBuilder", lambda b: (b.closed, b.status, b.is_building, b.mode, b.stream))
-    add("GraphBuilder.definition", "GraphBuilder", lambda b: b.definition, extra_errors=state)
-    add("GraphBuilder.close", "GraphBuilder", lambda b: b.close(), idempotent_close=True)
-    add("GraphBuilder.__exit__", "GraphBuilder", _exit, idempotent_close=True, exit=True)
+    add("graphs.exchange_capture_mode", None, G.exchange_capture_mode, capture_modes)
+    add("graphs.capture_mode", None, lambda mode: _in_capture_mode(G, mode), capture_modes)
+    add("graphs.GraphBuilder.status", "GraphBuilder", lambda b: (b.closed, b.status, b.is_building, b.mode, b.stream))
+    add("graphs.GraphBuilder.definition", "GraphBuilder", lambda b: b.definition, extra_errors=state)
+    add("graphs.GraphBuilder.close", "GraphBuilder", lambda b: b.close(), idempotent_close=True)
+    add("graphs.GraphBuilder.__exit__", "GraphBuilder", _exit, idempotent_close=True, exit=True)
     return ops

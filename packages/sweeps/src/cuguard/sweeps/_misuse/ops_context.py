@@ -29,10 +29,10 @@ def context_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add = adder(ops)
     ordinal = ordinal_param()
     add("context.init_driver", None, C.init_driver)
-    add("Context.primary", None, C.Context.primary, ordinal)
-    add("Context.create", None, C.Context.create, ordinal, _v("flags", 0, 1, -1, None, 1.5, good=2), weight=2)
+    add("context.Context.primary", None, C.Context.primary, ordinal)
+    add("context.Context.create", None, C.Context.create, ordinal, _v("flags", 0, 1, -1, None, 1.5, good=2), weight=2)
     add(
-        "Context.wrap",
+        "context.Context.wrap",
         None,
         C.Context.wrap,
         Param(
@@ -44,11 +44,11 @@ def context_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         ),
         _v("device", None, 0, 1, "x", -1.5, good=3),
     )
-    add("Context.current", None, C.Context.current)
-    add("Context.set_current", "Context", lambda c: c.set_current(), sets_context=True, weight=2)
-    add("Context.synchronize", "Context", lambda c: c.synchronize())
+    add("context.Context.current", None, C.Context.current)
+    add("context.Context.set_current", "Context", lambda c: c.set_current(), sets_context=True, weight=2)
+    add("context.Context.synchronize", "Context", lambda c: c.synchronize())
     add(
-        "Context.close",
+        "context.Context.close",
         "Context",
         lambda c: c.close(),
         idempotent_close=True,
@@ -56,10 +56,15 @@ def context_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         frees_memory=True,
     )
     # ``with ctx:`` makes it current for the block and restores the caller's context (it closes nothing)
-    add("Context.__exit__", "Context", _block, _v("fail", False, True))
-    add("Context.device", "Context", lambda c: c.device, uses_receiver=False)
-    add("Context.handle", "Context", lambda c: c.handle)
-    add("Context.is_primary", "Context", lambda c: (c.is_primary, c.owned, c.closed, c.stale), uses_receiver=False)
+    add("context.Context.__exit__", "Context", _block, _v("fail", False, True))
+    add("context.Context.device", "Context", lambda c: c.device, uses_receiver=False)
+    add("context.Context.handle", "Context", lambda c: c.handle)
+    add(
+        "context.Context.is_primary",
+        "Context",
+        lambda c: (c.is_primary, c.owned, c.closed, c.stale),
+        uses_receiver=False,
+    )
 
     def _query_device() -> Any:
         return E.driver.cuCtxGetDevice()

@@ -42,7 +42,7 @@ def definition_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add = adder(ops)
     kargs = KERNEL_ARGS_PARAM
     add(
-        "GraphDefinition",
+        "graphs.GraphDefinition()",
         None,
         G.GraphDefinition,
         _p("device", DEVICE | CONTEXT, "Device", optional=True),
@@ -55,20 +55,20 @@ def definition_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         return {"deps": d}
 
     add(
-        "GraphDefinition.empty",
+        "graphs.GraphDefinition.empty",
         target,
         lambda g, *d: g.empty(*d),
         Param("deps", NODE, "Node", names=("dependency", "dep"), star=True),
         weight=3,
     )
     add(
-        "GraphDefinition.join",
+        "graphs.GraphDefinition.join",
         target,
         lambda g, *n: g.join(*n),
         Param("nodes", NODE, "Node", names=("node",), star=True),
     )
     add(
-        "GraphDefinition.memset",
+        "graphs.GraphDefinition.memset",
         target,
         lambda g, dst, value, d: g.memset(dst, value, **kw(d)),
         _p("dst", frozenset({"Buffer"}), "Buffer"),
@@ -77,7 +77,7 @@ def definition_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=2,
     )
     add(
-        "GraphDefinition.memcpy",
+        "graphs.GraphDefinition.memcpy",
         target,
         lambda g, dst, src, d: g.memcpy(dst, src, **kw(d)),
         _p("dst", MEMORY, "Buffer"),
@@ -86,7 +86,7 @@ def definition_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=2,
     )
     add(
-        "GraphDefinition.launch",
+        "graphs.GraphDefinition.launch",
         target,
         lambda g, config, kernel, d, *args: g.launch(config, kernel, *args, **kw(d)),
         _p("config", CONFIG, "LaunchConfig"),
@@ -96,22 +96,22 @@ def definition_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=2,
     )
     add(
-        "GraphDefinition.callback",
+        "graphs.GraphDefinition.callback",
         target,
         lambda g, fn, d: g.callback(fn, **kw(d)),
         _v("fn", lambda: _noop, lambda: _boom, None, 5, good=2),
         deps,
     )
     add(
-        "GraphDefinition.record",
+        "graphs.GraphDefinition.record",
         target,
         lambda g, ev, d: g.record(ev, **kw(d)),
         _p("event", EVENT, "Event"),
         deps,
     )
-    add("GraphDefinition.wait", target, lambda g, ev, d: g.wait(ev, **kw(d)), _p("event", EVENT, "Event"), deps)
+    add("graphs.GraphDefinition.wait", target, lambda g, ev, d: g.wait(ev, **kw(d)), _p("event", EVENT, "Event"), deps)
     add(
-        "GraphDefinition.allocate",
+        "graphs.GraphDefinition.allocate",
         target,
         lambda g, size, device, d: g.allocate(size, device=device, **kw(d)),
         _v("size", SIZE, 0, -1, None, 1.5, good=1),
@@ -119,7 +119,7 @@ def definition_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         deps,
     )
     add(
-        "GraphDefinition.deallocate",
+        "graphs.GraphDefinition.deallocate",
         target,
         lambda g, ptr, d: g.deallocate(ptr, **kw(d)),
         Param(
@@ -134,7 +134,7 @@ def definition_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         deps,
     )
     add(
-        "GraphDefinition.embed",
+        "graphs.GraphDefinition.embed",
         target,
         lambda g, child, d: g.embed(child, **kw(d)),
         _p("child", GRAPHDEF, "GraphDefinition"),
@@ -149,47 +149,47 @@ def node_builder_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]
     add = adder(ops)
     kargs = KERNEL_ARGS_PARAM
     target = "Node"
-    add("Node.empty", target, lambda n: n.empty(), weight=2)
+    add("graphs.Node.empty", target, lambda n: n.empty(), weight=2)
     add(
-        "Node.join",
+        "graphs.Node.join",
         target,
         lambda n, *others: n.join(*others),
         Param("nodes", NODE, "Node", names=("node",), star=True),
     )
     add(
-        "Node.memset",
+        "graphs.Node.memset",
         target,
         lambda n, dst, value: n.memset(dst, value),
         _p("dst", frozenset({"Buffer"}), "Buffer"),
         _v("value", 0, 7, 256, None, good=2),
     )
     add(
-        "Node.memcpy",
+        "graphs.Node.memcpy",
         target,
         lambda n, dst, src: n.memcpy(dst, src),
         _p("dst", MEMORY, "Buffer"),
         _p("src", MEMORY, "Buffer"),
     )
     add(
-        "Node.launch",
+        "graphs.Node.launch",
         target,
         lambda n, config, kernel, *args: n.launch(config, kernel, *args),
         _p("config", CONFIG, "LaunchConfig"),
         _p("kernel", KERNEL, "Kernel"),
         kargs,
     )
-    add("Node.callback", target, lambda n, fn: n.callback(fn), _v("fn", lambda: _noop, lambda: _boom, 5, good=2))
-    add("Node.record", target, lambda n, ev: n.record(ev), _p("event", EVENT, "Event"))
-    add("Node.wait", target, lambda n, ev: n.wait(ev), _p("event", EVENT, "Event"))
+    add("graphs.Node.callback", target, lambda n, fn: n.callback(fn), _v("fn", lambda: _noop, lambda: _boom, 5, good=2))
+    add("graphs.Node.record", target, lambda n, ev: n.record(ev), _p("event", EVENT, "Event"))
+    add("graphs.Node.wait", target, lambda n, ev: n.wait(ev), _p("event", EVENT, "Event"))
     add(
-        "Node.allocate",
+        "graphs.Node.allocate",
         target,
         lambda n, size, device: n.allocate(size, device=device),
         _v("size", SIZE, 0, None, good=1),
         _p("device", DEVICE | {"int"}, "Device", optional=True, values=(0, -1, "x")),
     )
     add(
-        "Node.deallocate",
+        "graphs.Node.deallocate",
         target,
         lambda n, ptr: n.deallocate(ptr),
         Param(
@@ -202,7 +202,7 @@ def node_builder_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]
             node_type="mem_alloc",
         ),
     )
-    add("Node.embed", target, lambda n, child: n.embed(child), _p("child", GRAPHDEF, "GraphDefinition"))
+    add("graphs.Node.embed", target, lambda n, child: n.embed(child), _p("child", GRAPHDEF, "GraphDefinition"))
     return ops
 
 
@@ -211,25 +211,25 @@ def definition_use_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[O
     ops: list[Op] = []
     add = adder(ops)
     edge = Param("edges", special=EDGE, accepts=frozenset({EDGE}), expect="Node", names=("edge",), star=True)
-    add("GraphDefinition.connect", "GraphDefinition", lambda g, *e: g.connect(*e), edge, weight=2)
-    add("GraphDefinition.disconnect", "GraphDefinition", lambda g, *e: g.disconnect(*e), edge)
-    add("GraphDefinition.nodes", "GraphDefinition", lambda g: (g.nodes, g.edges))
-    add("GraphDefinition.handle", "GraphDefinition", lambda g: g.handle)
-    add("GraphDefinition.context", "GraphDefinition", lambda g: (g.context, g.closed), uses_receiver=False)
-    add("GraphDefinition.clone", "GraphDefinition", lambda g: g.clone())
+    add("graphs.GraphDefinition.connect", "GraphDefinition", lambda g, *e: g.connect(*e), edge, weight=2)
+    add("graphs.GraphDefinition.disconnect", "GraphDefinition", lambda g, *e: g.disconnect(*e), edge)
+    add("graphs.GraphDefinition.nodes", "GraphDefinition", lambda g: (g.nodes, g.edges))
+    add("graphs.GraphDefinition.handle", "GraphDefinition", lambda g: g.handle)
+    add("graphs.GraphDefinition.context", "GraphDefinition", lambda g: (g.context, g.closed), uses_receiver=False)
+    add("graphs.GraphDefinition.clone", "GraphDefinition", lambda g: g.clone())
     add(
-        "GraphDefinition.find_node",
+        "graphs.GraphDefinition.find_node",
         "GraphDefinition",
         lambda g, n: g.find_node(n),
         _p("original", NODE, "Node", uses=False),
     )
-    add("GraphDefinition.instantiate", "GraphDefinition", lambda g: g.instantiate(), weight=3)
-    add("GraphDefinition.close", "GraphDefinition", lambda g: g.close(), idempotent_close=True)
-    add("GraphDefinition.__exit__", "GraphDefinition", _exit, idempotent_close=True, exit=True)
+    add("graphs.GraphDefinition.instantiate", "GraphDefinition", lambda g: g.instantiate(), weight=3)
+    add("graphs.GraphDefinition.close", "GraphDefinition", lambda g: g.close(), idempotent_close=True)
+    add("graphs.GraphDefinition.__exit__", "GraphDefinition", _exit, idempotent_close=True, exit=True)
 
     # --- graphs: conditional nodes -------------------------------------------------------------
     add(
-        "GraphDefinition.create_condition",
+        "graphs.GraphDefinition.create_condition",
         "GraphDefinition",
         lambda g, d: g.create_condition(d),
         _v("default", 0, 1, None, 7, -1, 2**32, 1.5, "1", good=4),
@@ -237,10 +237,10 @@ def definition_use_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[O
     )
     cond = _p("condition", GRAPHCOND, "GraphCondition")
     for target in ("GraphDefinition", "Node"):
-        add(f"{target}.if_then", target, lambda t, c: t.if_then(c), cond, weight=2)
-        add(f"{target}.if_else", target, lambda t, c: t.if_else(c), cond)
+        add(f"graphs.{target}.if_then", target, lambda t, c: t.if_then(c), cond, weight=2)
+        add(f"graphs.{target}.if_else", target, lambda t, c: t.if_else(c), cond)
         add(
-            f"{target}.switch",
+            f"graphs.{target}.switch",
             target,
             lambda t, c, n: t.switch(c, n),
             cond,
@@ -248,14 +248,14 @@ def definition_use_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[O
         )
         # Not on a GPU: nothing in the sweep clears a condition, so a while node whose value is not 0
         # would run its body until the launch is killed.
-        add(f"{target}.while_loop", target, lambda t, c: t.while_loop(c), cond, real=False)
+        add(f"graphs.{target}.while_loop", target, lambda t, c: t.while_loop(c), cond, real=False)
     add(
-        "Node.branches",
+        "graphs.Node.branches",
         "Node",
         lambda n: ([(b.nodes, b.edges) for b in n.branches], n.condition),
         receiver_type="conditional",
     )
-    add("GraphCondition.handle", "GraphCondition", lambda c: (c.handle, c.default, c.graph))
+    add("graphs.GraphCondition.handle", "GraphCondition", lambda c: (c.handle, c.default, c.graph))
     return ops
 
 
@@ -264,20 +264,20 @@ def node_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     ops: list[Op] = []
     add = adder(ops)
     kargs = KERNEL_ARGS_PARAM
-    add("Node.set_args", "Node", lambda n, *args: n.set_args(*args), kargs, receiver_type="kernel")
+    add("graphs.Node.set_args", "Node", lambda n, *args: n.set_args(*args), kargs, receiver_type="kernel")
     add(
-        "Node.set_params",
+        "graphs.Node.set_params",
         "Node",
         lambda n, config, kernel: n.set_params(config=config, kernel=kernel),
         _p("config", CONFIG, "LaunchConfig", optional=True),
         _p("kernel", KERNEL, "Kernel", optional=True),
         receiver_type="kernel",
     )
-    add("Node.destroy", "Node", lambda n: n.destroy(), idempotent_close=True, weight=2)
-    add("Node.handle", "Node", lambda n: n.handle)
-    add("Node.type", "Node", lambda n: (n.type, n.graph, n.closed, n.params), uses_receiver=False)
-    add("Node.ptr", "Node", lambda n: n.ptr, uses_receiver=False, receiver_type="mem_alloc")
-    add("Node.pred", "Node", lambda n: (set(n.pred), len(n.succ)))
+    add("graphs.Node.destroy", "Node", lambda n: n.destroy(), idempotent_close=True, weight=2)
+    add("graphs.Node.handle", "Node", lambda n: n.handle)
+    add("graphs.Node.type", "Node", lambda n: (n.type, n.graph, n.closed, n.params), uses_receiver=False)
+    add("graphs.Node.ptr", "Node", lambda n: n.ptr, uses_receiver=False, receiver_type="mem_alloc")
+    add("graphs.Node.pred", "Node", lambda n: (set(n.pred), len(n.succ)))
     nodes_it = Param("nodes", NODE, "Node", names=("node",), iterable=True)
 
     def assign(side: str) -> Callable[..., None]:
@@ -286,8 +286,8 @@ def node_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
 
         return run
 
-    add("Node.pred=", "Node", assign("pred"), nodes_it)
-    add("Node.succ=", "Node", assign("succ"), nodes_it)
+    add("graphs.Node.pred[set]", "Node", assign("pred"), nodes_it)
+    add("graphs.Node.succ[set]", "Node", assign("succ"), nodes_it)
     value = Param("value", NODE, "Node", names=("node", "item"))
     others = Param("others", NODE, "Node", names=("other", "node", "iterable"), iterable=True)
     key_error = (KeyError,)
@@ -296,17 +296,28 @@ def node_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         def view(n: Any, side: str = side) -> Any:
             return getattr(n, side)
 
-        add(f"Node.{side}.add", "Node", lambda n, v, view=view: view(n).add(v), value)
-        add(f"Node.{side}.discard", "Node", lambda n, v, view=view: view(n).discard(v), value)
-        add(f"Node.{side}.remove", "Node", lambda n, v, view=view: view(n).remove(v), value, extra_errors=key_error)
-        add(f"Node.{side}.update", "Node", lambda n, o, view=view: view(n).update(o), others)
-        add(f"Node.{side}.difference_update", "Node", lambda n, o, view=view: view(n).difference_update(o), others)
-        add(f"Node.{side}.clear", "Node", lambda n, view=view: view(n).clear())
-        add(f"Node.{side}.pop", "Node", lambda n, view=view: view(n).pop(), extra_errors=key_error)
-        add(f"Node.{side}.__ixor__", "Node", lambda n, o, view=view: view(n).__ixor__(o), others)
-        add(f"Node.{side}.__iand__", "Node", lambda n, o, view=view: view(n).__iand__(o), others)
+        add(f"graphs.Node.{side}.add", "Node", lambda n, v, view=view: view(n).add(v), value)
+        add(f"graphs.Node.{side}.discard", "Node", lambda n, v, view=view: view(n).discard(v), value)
         add(
-            f"Node.{side}.__contains__",
+            f"graphs.Node.{side}.remove",
+            "Node",
+            lambda n, v, view=view: view(n).remove(v),
+            value,
+            extra_errors=key_error,
+        )
+        add(f"graphs.Node.{side}.update", "Node", lambda n, o, view=view: view(n).update(o), others)
+        add(
+            f"graphs.Node.{side}.difference_update",
+            "Node",
+            lambda n, o, view=view: view(n).difference_update(o),
+            others,
+        )
+        add(f"graphs.Node.{side}.clear", "Node", lambda n, view=view: view(n).clear())
+        add(f"graphs.Node.{side}.pop", "Node", lambda n, view=view: view(n).pop(), extra_errors=key_error)
+        add(f"graphs.Node.{side}.__ixor__", "Node", lambda n, o, view=view: view(n).__ixor__(o), others)
+        add(f"graphs.Node.{side}.__iand__", "Node", lambda n, o, view=view: view(n).__iand__(o), others)
+        add(
+            f"graphs.Node.{side}.__contains__",
             "Node",
             lambda n, v, view=view: v in view(n),
             Param("item", ANY, "Node", uses=False, naming=False),
@@ -319,17 +330,17 @@ def graph_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     """Executable graphs: launches, updates, per-node changes, release."""
     ops: list[Op] = []
     add = adder(ops)
-    add("Graph.launch", "Graph", lambda x, s: x.launch(s), _p("stream", STREAM, "Stream"), weight=3)
-    add("Graph.upload", "Graph", lambda x, s: x.upload(s), _p("stream", STREAM, "Stream"))
-    add("Graph.update", "Graph", lambda x, g: x.update(g), _p("definition", GRAPHDEF, "GraphDefinition"))
-    add("Graph.handle", "Graph", lambda x: (x.closed, x.handle))
+    add("graphs.Graph.launch", "Graph", lambda x, s: x.launch(s), _p("stream", STREAM, "Stream"), weight=3)
+    add("graphs.Graph.upload", "Graph", lambda x, s: x.upload(s), _p("stream", STREAM, "Stream"))
+    add("graphs.Graph.update", "Graph", lambda x, g: x.update(g), _p("definition", GRAPHDEF, "GraphDefinition"))
+    add("graphs.Graph.handle", "Graph", lambda x: (x.closed, x.handle))
 
     # --- graphs: per-node changes of executable graphs --------------------------------------------
     def node_of(kind: str = "") -> Param:
         return _p("node", NODE, "Node", node_type=kind)
 
     add(
-        "Graph.set_kernel_params",
+        "graphs.Graph.set_kernel_params",
         "Graph",
         lambda x, n, cfg, k: x.set_kernel_params(n, cfg, k),
         node_of("kernel"),
@@ -337,7 +348,7 @@ def graph_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _p("kernel", KERNEL, "Kernel"),
     )
     add(
-        "Graph.set_memset_params",
+        "graphs.Graph.set_memset_params",
         "Graph",
         lambda x, n, dst, v: x.set_memset_params(n, dst, v),
         node_of("memset"),
@@ -345,7 +356,7 @@ def graph_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _v("value", 1, 0, 255, -1, 256, None, 1.5, good=3),
     )
     add(
-        "Graph.set_memcpy_params",
+        "graphs.Graph.set_memcpy_params",
         "Graph",
         lambda x, n, dst, src: x.set_memcpy_params(n, dst, src),
         node_of("memcpy"),
@@ -353,29 +364,29 @@ def graph_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _p("src", MEMORY, "Buffer"),
     )
     add(
-        "Graph.set_callback",
+        "graphs.Graph.set_callback",
         "Graph",
         lambda x, n, fn: x.set_callback(n, fn),
         node_of("host"),
         _v("fn", lambda: _noop, lambda: _boom, 5, good=2),
     )
     # Record and wait nodes both take an event: the kind of node is checked, not typed.
-    add("Graph.set_event", "Graph", lambda x, n, ev: x.set_event(n, ev), node_of(), _p("event", EVENT, "Event"))
+    add("graphs.Graph.set_event", "Graph", lambda x, n, ev: x.set_event(n, ev), node_of(), _p("event", EVENT, "Event"))
     add(
-        "Graph.set_child",
+        "graphs.Graph.set_child",
         "Graph",
         lambda x, n, child: x.set_child(n, child),
         node_of("graph"),
         _p("child", GRAPHDEF, "GraphDefinition"),
     )
     add(
-        "Graph.set_enabled",
+        "graphs.Graph.set_enabled",
         "Graph",
         lambda x, n, on: x.set_enabled(n, on),
         node_of(),
         _v("enabled", False, True, 0, None, "yes", good=2),
     )
-    add("Graph.is_enabled", "Graph", lambda x, n: x.is_enabled(n), node_of())
-    add("Graph.close", "Graph", lambda x: x.close(), idempotent_close=True)
-    add("Graph.__exit__", "Graph", _exit, idempotent_close=True, exit=True)
+    add("graphs.Graph.is_enabled", "Graph", lambda x, n: x.is_enabled(n), node_of())
+    add("graphs.Graph.close", "Graph", lambda x: x.close(), idempotent_close=True)
+    add("graphs.Graph.__exit__", "Graph", _exit, idempotent_close=True, exit=True)
     return ops

@@ -40,16 +40,16 @@ def launch_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     add = adder(ops)
     images = image_param(image)
     kargs = KERNEL_ARGS_PARAM
-    add("Module.load", None, R.Module.load, _p("context", CONTEXT, "Context"), images)
+    add("resources.Module.load", None, R.Module.load, _p("context", CONTEXT, "Context"), images)
     add(
-        "Module.get_kernel",
+        "resources.Module.get_kernel",
         "Module",
         lambda m, name: m.get_kernel(name),
         _v("name", "fill_u8", "fill_u8", "missing", None, 5, good=2),
         weight=2,
     )
     add(
-        "LaunchConfig",
+        "resources.LaunchConfig()",
         None,
         lambda grid, block: R.LaunchConfig(grid=grid, block=block),
         _v("grid", 1, 1, (1, 1), 0, -1, "x", (1, 2, 3, 4), 1.5, good=3),
@@ -57,7 +57,7 @@ def launch_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     # launch attributes: a priority outside the device's range is refused at the launch (ValueError)
     add(
-        "LaunchConfig[attributes]",
+        "resources.LaunchConfig()[attributes]",
         None,
         lambda priority, serialize: R.LaunchConfig(
             grid=1, block=SIZE, priority=priority, programmatic_stream_serialization=serialize
@@ -67,7 +67,7 @@ def launch_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     kargs = Param("args", special=KERNEL_ARGS, star=True, naming=False)
     add(
-        "launch",
+        "resources.launch",
         None,
         R.launch,
         _p("stream", STREAM, "Stream"),
@@ -87,19 +87,19 @@ def launch_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         kargs,
         weight=2,
     )
-    add("pack_args", None, lambda *args: R.pack_args(args), kargs)
-    add("Kernel.pack", "Kernel", lambda k, *args: k.pack(args)[0], kargs)
+    add("resources.pack_args", None, lambda *args: R.pack_args(args), kargs)
+    add("resources.Kernel.pack", "Kernel", lambda k, *args: k.pack(args)[0], kargs)
     add(
-        "Kernel.parameters",
+        "resources.Kernel.parameters",
         "Kernel",
         lambda k: ([p.kind for p in k.parameters], k.name),
         uses_receiver=False,
     )
-    add("Kernel.handle", "Kernel", lambda k: (k.handle, k.num_arguments))
-    add("Module.handle", "Module", lambda m: (m.handle, m.context, m.closed))
-    add("LaunchConfig.dims", "LaunchConfig", lambda c: (c.dims(), c.is_cooperative, c.shared_mem))
+    add("resources.Kernel.handle", "Kernel", lambda k: (k.handle, k.num_arguments))
+    add("resources.Module.handle", "Module", lambda m: (m.handle, m.context, m.closed))
+    add("resources.LaunchConfig.dims", "LaunchConfig", lambda c: (c.dims(), c.is_cooperative, c.shared_mem))
     add(
-        "LaunchConfig[cluster]",
+        "resources.LaunchConfig()[cluster]",
         None,
         lambda grid, cluster, shmem, coop: R.LaunchConfig(
             grid=grid, block=SIZE, cluster=cluster, shmem_size=shmem, cooperative_launch=coop
@@ -110,7 +110,7 @@ def launch_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _v("cooperative_launch", False, True, 1, good=2),
     )
     add(
-        "launch[cluster]",
+        "resources.launch[cluster]",
         None,
         lambda stream, kernel, cooperative, *args: R.launch(
             stream,
@@ -133,34 +133,34 @@ def code_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     ops: list[Op] = []
     add = adder(ops)
     add(
-        "Kernel.attributes",
+        "resources.Kernel.attributes",
         "Kernel",
         lambda k, name: getattr(k.attributes, name)(),
         _v("name", *KERNEL_ATTRIBUTES),
     )
     add(
-        "Kernel.occupancy",
+        "resources.Kernel.occupancy",
         "Kernel",
         lambda k, block_size, shmem: k.occupancy.max_active_blocks_per_multiprocessor(block_size, shmem),
         _v("block_size", SIZE, 32, 0, -1, None, 1.5, good=2),
         _v("dynamic_shared_memory_size", 0, 128, -1, None, good=2),
     )
     add(
-        "Kernel.occupancy.max_potential_block_size",
+        "resources.Kernel.occupancy.max_potential_block_size",
         "Kernel",
         lambda k, shmem, limit: k.occupancy.max_potential_block_size(shmem, limit),
         _v("dynamic_shared_memory_needed", 0, 256, -1, None, good=2),
         _v("block_size_limit", 0, 128, -1, "x", good=2),
     )
     add(
-        "Kernel.occupancy.available_dynamic_shared_memory_per_block",
+        "resources.Kernel.occupancy.available_dynamic_shared_memory_per_block",
         "Kernel",
         lambda k, blocks, block_size: k.occupancy.available_dynamic_shared_memory_per_block(blocks, block_size),
         _v("num_blocks_per_multiprocessor", 1, 4, 0, None, good=2),
         _v("block_size", SIZE, 1024, 0, "x", good=2),
     )
     add(
-        "Kernel.occupancy.max_active_clusters",
+        "resources.Kernel.occupancy.max_active_clusters",
         "Kernel",
         lambda k, cluster, stream: k.occupancy.max_active_clusters(
             R.LaunchConfig(grid=1, block=SIZE, cluster=cluster), stream
@@ -169,20 +169,20 @@ def code_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _p("stream", STREAM, "Stream", optional=True),
     )
     add(
-        "Kernel.occupancy.max_potential_cluster_size",
+        "resources.Kernel.occupancy.max_potential_cluster_size",
         "Kernel",
         lambda k, config: k.occupancy.max_potential_cluster_size(config),
         _p("config", CONFIG, "LaunchConfig"),
     )
     add(
-        "ObjectCode.get_kernel",
+        "resources.ObjectCode.get_kernel",
         None,
         lambda data, name: _object_code(R, data).get_kernel(name),
         _v("image", image, image, b"garbage", good=2),
         _v("name", "fill_u8", "fill_u8", "missing", None, 5, good=2),
     )
     add(
-        "ObjectCode.from_ptx",
+        "resources.ObjectCode.from_ptx",
         None,
         lambda data, name: R.ObjectCode.from_ptx(data, name=name).lowered_name("fill_u8"),
         _v("module", image, b"", None, 5, good=2),
@@ -190,7 +190,7 @@ def code_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     for kind in ("cubin", "fatbin", "ltoir"):
         add(
-            f"ObjectCode.from_{kind}",
+            f"resources.ObjectCode.from_{kind}",
             None,
             lambda data, name, kind=kind: _object_code_state(getattr(R.ObjectCode, f"from_{kind}")(data, name=name)),
             _v("module", image, b"garbage", "text", b"", None, 5, good=3),
@@ -199,7 +199,7 @@ def code_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         )
     program_cache = R.ProgramCache()  # repeated compilations come from memory
     add(
-        "Program.compile",
+        "resources.Program.compile",
         None,
         lambda code_type, target, names: _compile(R, program_cache, code_type, target, names),
         _v("code_type", "c++", "c++", "fortran", None, good=2),
@@ -208,7 +208,7 @@ def code_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         extra_errors=(LibraryNotFoundError,),  # documented: NVRTC is not installed
     )
     add(
-        "Linker.link",
+        "resources.Linker.link",
         None,
         lambda arch, target: _link_with(R, image(), arch, target),
         _v("arch", "sm_90", None, "x", 5, good=1),
@@ -216,7 +216,7 @@ def code_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         extra_errors=(LibraryNotFoundError,),  # documented: nvJitLink is not installed
     )
     add(
-        "link",
+        "resources.link",
         None,
         R.link,
         _v("images", lambda: [image()], lambda: (image(),), lambda: [b"garbage"], (), None, 5, lambda: [5], good=2),
@@ -225,16 +225,16 @@ def code_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     )
     # A foreign stream (or a builder, or a Stream) as a cuguard Stream; the wrapper is pooled (not owned).
     # a Stream is returned as it is (a conversion, not a use): a closed or stale one is refused where it is used
-    add("as_stream", None, R.as_stream, _p("stream", STREAM, "Stream", uses=False), weight=2)
+    add("resources.as_stream", None, R.as_stream, _p("stream", STREAM, "Stream", uses=False), weight=2)
     add(
-        "wait_attributed",
+        "resources.wait_attributed",
         None,
         R.wait_attributed,
         _p("stream", STREAM, "Stream"),
         _v("describe", lambda: _describe, None, 5, good=1),
     )
     add(
-        "describe_launch",
+        "resources.describe_launch",
         None,
         lambda name, config, *args: R.describe_launch(name, config, args),
         _v("name", "fill_u8", None, 5, good=1),

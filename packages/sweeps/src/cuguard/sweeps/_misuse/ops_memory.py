@@ -33,7 +33,7 @@ def memory_resource_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[
     sizes = size_param()
     device_arg = _p("device", DEVICE | {"int"}, "Device", values=(0, 1, -1, 7))
     add(
-        "DeviceMemoryResource",
+        "resources.DeviceMemoryResource()",
         None,
         R.DeviceMemoryResource,
         device_arg,
@@ -52,7 +52,7 @@ def memory_resource_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[
         weight=2,
     )
     add(
-        "PinnedMemoryResource",
+        "resources.PinnedMemoryResource()",
         None,
         R.PinnedMemoryResource,
         device_arg,
@@ -67,21 +67,21 @@ def memory_resource_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[
         ),
     )
     add(
-        "ManagedMemoryResource",
+        "resources.ManagedMemoryResource()",
         None,
         lambda dev, attach: R.ManagedMemoryResource(dev, attach=attach),
         device_arg,
         _v("attach", "global", "host", "single", None, good=2),
     )
     add(
-        "VirtualMemoryResource",
+        "resources.VirtualMemoryResource()",
         None,
         R.VirtualMemoryResource,
         device_arg,
         _v("options", None, lambda: R.VirtualMemoryResourceOptions(), 5, "x", good=2),  # noqa: PLW0108 - as above
     )
     add(
-        "LegacyPinnedMemoryResource",
+        "resources.LegacyPinnedMemoryResource()",
         None,
         lambda dev, portable: R.LegacyPinnedMemoryResource(dev, portable=portable),
         _p("device", DEVICE | {"int"}, "Device", values=(0, 1, -1), optional=True),
@@ -89,7 +89,7 @@ def memory_resource_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[
     )
     for cls in MEMORY_RESOURCES:
         add(
-            f"{cls}.allocate",
+            f"resources.{cls}.allocate",
             cls,
             lambda mr, size, stream: mr.allocate(size, stream),
             sizes,
@@ -99,7 +99,7 @@ def memory_resource_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[
             weight=3,
         )
         add(
-            f"{cls}.deallocate",
+            f"resources.{cls}.deallocate",
             cls,
             lambda mr, buf, stream: mr.deallocate(buf, stream),
             _p("buffer", MEMORY, "Buffer", uses=False),
@@ -108,7 +108,7 @@ def memory_resource_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[
             weight=2,
         )
         add(
-            f"{cls}.accounting",
+            f"resources.{cls}.held[accounting]",
             cls,
             lambda mr: (
                 mr.held,
@@ -130,48 +130,48 @@ def pool_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     ops: list[Op] = []
     add = adder(ops)
     for cls in POOL_RESOURCES:
-        add(f"{cls}.trim", cls, lambda mr, keep: mr.trim(keep), _v("keep", 0, 1 << 20, -1, "x", None, good=2))
+        add(f"resources.{cls}.trim", cls, lambda mr, keep: mr.trim(keep), _v("keep", 0, 1 << 20, -1, "x", None, good=2))
         add(
-            f"{cls}.attributes",
+            f"resources.{cls}.attributes",
             cls,
             lambda mr, name: getattr(mr.attributes, name),
             _v("name", *POOL_ATTRIBUTES),
         )
         add(
-            f"{cls}.attributes.release_threshold=",
+            f"resources.{cls}.attributes.release_threshold[set]",
             cls,
             lambda mr, value: setattr(mr.attributes, "release_threshold", value),
             _v("value", 0, 1 << 20, -1, 1 << 70, "x", None, good=2),
         )
         add(
-            f"{cls}.attributes.reuse=",
+            f"resources.{cls}.attributes.reuse_allow_opportunistic[set]",
             cls,
             lambda mr, value: setattr(mr.attributes, "reuse_allow_opportunistic", value),
             _v("value", True, False, 2, None, good=2),
         )
-        add(f"{cls}.reset_high_watermarks", cls, lambda mr: mr.attributes.reset_high_watermarks())
-        add(f"{cls}.close", cls, lambda mr: mr.close(), idempotent_close=True, frees_memory=True)
-        add(f"{cls}.__exit__", cls, _exit, idempotent_close=True, exit=True, frees_memory=True)
+        add(f"resources.{cls}.attributes.reset_high_watermarks", cls, lambda mr: mr.attributes.reset_high_watermarks())
+        add(f"resources.{cls}.close", cls, lambda mr: mr.close(), idempotent_close=True, frees_memory=True)
+        add(f"resources.{cls}.__exit__", cls, _exit, idempotent_close=True, exit=True, frees_memory=True)
         add(
-            f"{cls}.state",
+            f"resources.{cls}.owned[state]",
             cls,
             lambda mr: (mr.owned, mr.closed, mr.is_ipc_enabled, mr.is_imported, mr.context, mr.handle),
             uses_receiver=False,
         )
     add(
-        "DeviceMemoryResource.get_allocation_handle",
+        "resources.DeviceMemoryResource.get_allocation_handle",
         "DeviceMemoryResource",
         _allocation_handle,
     )
     # The same process imports its own pool: one pool, one owner (the import shares the exporter's pool).
     add(
-        "DeviceMemoryResource.from_allocation_handle",
+        "resources.DeviceMemoryResource.from_allocation_handle",
         "DeviceMemoryResource",
         lambda mr, device: _import_pool(R, mr, device),
         _p("device", DEVICE | {"int"}, "Device", values=(0, 1, -1)),
     )
     add(
-        "VirtualMemoryResource.modify_allocation",
+        "resources.VirtualMemoryResource.modify_allocation",
         "VirtualMemoryResource",
         lambda mr, buf, size: mr.modify_allocation(buf, size),
         _p("buffer", frozenset({"Buffer"}), "Buffer"),
@@ -180,14 +180,14 @@ def pool_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=2,
     )
     add(
-        "VirtualMemoryResource.granularity",
+        "resources.VirtualMemoryResource.granularity",
         "VirtualMemoryResource",
         lambda mr: (mr.granularity, mr.options),
         uses_receiver=False,
     )
     locations = _v("location", "host", 0, 1, None, -3, "x", good=2)
     add(
-        "ManagedMemoryResource.prefetch",
+        "resources.ManagedMemoryResource.prefetch",
         "ManagedMemoryResource",
         lambda mr, buf, loc, stream: mr.prefetch(buf, loc, stream),
         _p("buffer", frozenset({"Buffer"}), "Buffer"),
@@ -196,7 +196,7 @@ def pool_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         weight=2,
     )
     add(
-        "ManagedMemoryResource.advise",
+        "resources.ManagedMemoryResource.advise",
         "ManagedMemoryResource",
         lambda mr, buf, advice, loc: mr.advise(buf, advice, loc),
         _p("buffer", frozenset({"Buffer"}), "Buffer"),
@@ -204,23 +204,23 @@ def pool_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         locations,
     )
     add(
-        "Buffer.get_ipc_descriptor",
+        "resources.Buffer.get_ipc_descriptor",
         "Buffer",
         lambda b: b.get_ipc_descriptor(),
     )
     add(
-        "Buffer.memory_resource",
+        "resources.Buffer.memory_resource",
         "Buffer",
         lambda b: (b.memory_resource, b.owned),
         uses_receiver=False,
     )
     add(
-        "Device.create_event[ipc]",
+        "resources.Device.create_event[ipc]",
         "Device",
         lambda d, ipc: d.create_event(ipc_enabled=ipc),
         _v("ipc_enabled", True, False, "yes", good=2),
     )
-    add("Event.get_ipc_descriptor", "Event", lambda e: (e.is_ipc_enabled, e.get_ipc_descriptor()))
+    add("resources.Event.get_ipc_descriptor", "Event", lambda e: (e.is_ipc_enabled, e.get_ipc_descriptor()))
     add(
         "resources.memory_in_use",
         None,

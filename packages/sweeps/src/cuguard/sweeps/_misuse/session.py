@@ -87,6 +87,48 @@ class Outcome:
     fault_fired: bool = False
 
 
+@dataclass
+class _Marks:
+    """Where the books stand before a call (see ``Session.perform``)."""
+
+    slot: DriverSlot
+    context: Any
+    sims: list[DriverSlot]
+    snaps: dict[int, Any]
+    worker: dict[int, int]
+    kernels: dict[int, int]
+    bad: dict[int, int]
+    ledger: Any
+    warnings: int
+    unraisables: int
+    captures: Any
+
+
+@dataclass
+class _Call:
+    """What one call did: its driver calls, its result, what it raised, and whether a fault fired."""
+
+    log: list[DriverCall] = field(default_factory=list)
+    result: Any = None
+    exc: BaseException | None = None
+    crash: SimulatedCrash | None = None
+    fault_active: bool = False
+
+
+def _call_text(name: str, receiver: str | None) -> str:
+    """How a trace shows a call of operation ``name``, as a user writes it (``Device``, ``s0.sync``).
+
+    A class's layer and its ``()`` are left out (``resources.Device()`` is shown ``Device``);
+    on a receiver, the method after the class (``resources.Stream.sync`` on ``s0``: ``s0.sync``).
+    """
+    rest = name.partition(".")[2]
+    if receiver is not None:
+        return f"{receiver}.{rest.split('.', 1)[1] if '.' in rest else rest}"
+    if rest[:1].isupper():
+        return rest.replace("()", "", 1)
+    return name
+
+
 class Session:
     """One example of the misuse sweep (see the module docstring)."""
 
@@ -326,24 +368,63 @@ class Session:
             why = self.model.why_unusable(obj)
             if why is not None:
                 unusable.append((label, why[1], why[0]))
-        ctx_before = self.current_context(slot)
+        marks = self._marks()  # slot is marks.slot: the one current when the call began
+        call = self._call(desc, fn, fault, fault_desc)
+        exc, crash = call.exc, call.crash
+        # S2: crashes, exits
+        if crash is not None:
+            self.flag("S2", op, f"the real driver would crash the process: {crash}")
+        elif isinstance(exc, SystemExit | GeneratorExit):
+            self.flag("S2", op, f"tried to end the process: {checks.describe(exc)}")
+        else:
+            for rule, detail in checks.exception_problems(exc, list(wrong), unusable, call.fault_active, extra_errors):
+                self.flag(rule, op, detail)
+        self._check_simulators(op, marks)
+        self._check_left_behind(op, marks, call, involved)
+        # G2: the current context
+        if crash is None and slot is self.slot:
+            ctx_after = self.current_context(slot)
+            restore_refused = any(c.restore and c.status for c in call.log) and call.fault_active
+            ctx_before = marks.context
+            problem = checks.g2_problem(
+                ctx_before, ctx_after, exc, sets_context, self.context_gone(ctx_before, slot), restore_refused
+            )
+            if problem is not None:
+                self.flag(problem[0], op, problem[1])
+            if ctx_after != ctx_before and not (sets_context and exc is None):
+                self.set_context(ctx_before, slot)
+        self._check_reports(op, marks, call, may_warn, warn_rule)
+        _drop_frames(exc)
+        _drop_frames(crash)
+        del self._caught[marks.warnings :]
+        return Outcome(call.result, exc, call.log, crash is not None, call.fault_active)
+
+    def _marks(self) -> _Marks:
+        """Where the books stand before a call: the simulators', the ledger's, the warnings' and the captures'."""
         sims = [s for s in self.slots if s.sim is not None]
-        snaps = {s.index: s.sim.snapshot() for s in sims if s.sim is not None}
-        worker = {s.index: len(s.sim._worker.errors) for s in sims if s.sim is not None}
-        kernels = {s.index: len(s.sim.kernel_errors) for s in sims if s.sim is not None}
-        bad = {s.index: len(s.sim.misuse_bad_launches) for s in sims if s.sim is not None}
-        ledger = slot.proxy.live_objects()
-        wmark = len(self._caught)
-        umark = len(self.unraisables)
-        cmark = self.watch.mark()
-        log: list[DriverCall] = []
-        proxy = slot.proxy
-        result: Any = None
-        exc: BaseException | None = None
-        crash: SimulatedCrash | None = None
+        return _Marks(
+            slot=self.slot,
+            context=self.current_context(self.slot),
+            sims=sims,
+            snaps={s.index: s.sim.snapshot() for s in sims if s.sim is not None},
+            worker={s.index: len(s.sim._worker.errors) for s in sims if s.sim is not None},
+            kernels={s.index: len(s.sim.kernel_errors) for s in sims if s.sim is not None},
+            bad={s.index: len(s.sim.misuse_bad_launches) for s in sims if s.sim is not None},
+            ledger=self.slot.proxy.live_objects(),
+            warnings=len(self._caught),
+            unraisables=len(self.unraisables),
+            captures=self.watch.mark(),
+        )
+
+    def _call(
+        self, desc: str, fn: Callable[[], Any], fault: Callable[[], AbstractContextManager[Any]] | None, fault_desc: str
+    ) -> _Call:
+        """Call ``fn`` (under ``fault``), recording its driver calls, and write its trace line."""
+        call = _Call()
+        proxy = self.slot.proxy
         plan: FaultPlan | None = None
         with proxy._lock:
-            proxy.recorders.append(log)
+            proxy.recorders.append(call.log)
             proxy._refresh()
         if self.echo is not None:  # said before the call: a call that kills the process is the last line
             self.echo.write(f"{self.steps:3}: calling {desc}{'    # under ' + fault_desc if fault_desc else ''}\n")
@@ -351,44 +432,38 @@ class Session:
         try:
             if fault is not None:
                 with fault() as plan:
-                    result = fn()
+                    call.result = fn()
             else:
-                result = fn()
+                call.result = fn()
         except SimulatedCrash as c:
-            crash = c
+            call.crash = c
         except (KeyboardInterrupt, Hang):
             raise
-        except BaseException as e:  # noqa: BLE001 - everything a cuguard call raises is checked below
-            exc = e
+        except BaseException as e:  # noqa: BLE001 - everything a cuguard call raises is checked by perform
+            call.exc = e
         finally:
             with proxy._lock:
-                proxy.recorders.remove(log)
+                proxy.recorders.remove(call.log)
                 proxy._refresh()
         self.settle()
-        fault_active = plan is not None and plan.fired > 0
-        text = "" if exc is None else "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+        call.fault_active = plan is not None and plan.fired > 0
         # the trace line
-        if crash is not None:
-            outcome = f"  !! SimulatedCrash: {crash}"
-        elif exc is not None:
-            outcome = f"  !! {checks.describe(exc)[:160]}"
+        if call.crash is not None:
+            outcome = f"  !! SimulatedCrash: {call.crash}"
+        elif call.exc is not None:
+            outcome = f"  !! {checks.describe(call.exc)[:160]}"
         else:
-            entry = self.model.find(result)
+            entry = self.model.find(call.result)
             outcome = "" if entry is None else f"  -> {entry.label}"
         self.note(desc + (f"    # under {fault_desc}" if fault_desc else "") + outcome)
-        # S2: crashes, exits
-        if crash is not None:
-            self.flag("S2", op, f"the real driver would crash the process: {crash}")
-        elif isinstance(exc, SystemExit | GeneratorExit):
-            self.flag("S2", op, f"tried to end the process: {checks.describe(exc)}")
-        else:
-            for rule, detail in checks.exception_problems(exc, list(wrong), unusable, fault_active, extra_errors):
-                self.flag(rule, op, detail)
-        # S2, W5, O5: the simulator's books
-        for s in sims:
+        return call
+
+    def _check_simulators(self, op: str, marks: _Marks) -> None:
+        """S2, W5, O5, E3: what the simulators' books recorded during the call."""
+        for s in marks.sims:
             assert s.sim is not None
             sim = s.sim
-            changes = sim.changes_since(snaps[s.index])
+            changes = sim.changes_since(marks.snaps[s.index])
             for incident in changes.misuse:
                 rule = "O5" if "host function" in incident.description else "S2"
                 self.flag(rule, op, f"driver misuse recorded by {s.name}: {incident}")
@@ -398,14 +473,18 @@ class Session:
                 self.flag("S2", op, f"use after release recorded by {s.name}: {incident}")
             for incident in changes.dangling:
                 self.flag("W5", op, f"dangling memory recorded by {s.name}: {incident}")
-            for error in sim._worker.errors[worker[s.index] :]:
+            for error in sim._worker.errors[marks.worker[s.index] :]:
                 self.flag("S2", op, f"an exception on the driver's thread of {s.name}: {checks.describe(error)}")
-            for error in sim.kernel_errors[kernels[s.index] :]:
+            for error in sim.kernel_errors[marks.kernels[s.index] :]:
                 self.flag("S2", op, f"a kernel emulation failed: {checks.describe(error)}")
-            for what in sim.misuse_bad_launches[bad[s.index] :]:
+            for what in sim.misuse_bad_launches[marks.bad[s.index] :]:
                 self.flag("E3", op, f"a launch whose arguments do not fit reached the driver: {what}")
-        # G1: a call that raised created nothing
-        failed = {h for c in log if c.status and c.name in RELEASE_CALLS and c.args for h in [_handle(c.args[0])]}
+
+    def _check_left_behind(self, op: str, marks: _Marks, call: _Call, involved: Sequence[tuple[str, Any]]) -> None:
+        """G1: a call that raised created nothing (what a refused release leaked on purpose aside, W5)."""
+        slot, exc = marks.slot, call.exc
+        text = "" if exc is None else "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+        failed = {h for c in call.log if c.status and c.name in RELEASE_CALLS and c.args for h in [_handle(c.args[0])]}
         slot.failed_releases |= failed
         if exc is not None and type(exc).__name__ == "CUDAError" and "was leaked" in str(exc):
             # An explicit release the driver refused (cuCtxSynchronize during a capture of the context, say)
@@ -415,7 +494,7 @@ class Session:
                     handle = getattr(holder, "_handle", None)
                     if handle is not None:
                         slot.failed_releases.add(_handle(handle))
-        if exc is not None and fault_active:
+        if exc is not None and call.fault_active:
             # an explicit close (or any call) that failed under a fault may leak what it touched, on purpose (W5)
             for _, obj in involved:
                 handle = getattr(obj, "_handle", None)
@@ -423,48 +502,35 @@ class Session:
                     slot.failed_releases.add(_handle(handle))
         if exc is not None and "leaked" not in text:
             if slot.sim is not None:
-                created = slot.sim.changes_since(snaps[slot.index]).created
+                created = slot.sim.changes_since(marks.snaps[slot.index]).created
                 kept = [str(o) for o in created if o.handle not in failed]
             else:
-                grown = left_behind(ledger, proxy.live_objects())
+                grown = left_behind(marks.ledger, slot.proxy.live_objects())
                 kept = [f"{kind} {h:#x}" for (kind, h) in grown if h not in failed]
             if kept:
                 self.flag("G1", op, f"raised {checks.describe(exc)[:120]} and left behind: {'; '.join(kept)}")
-        # G2: the current context
-        if crash is None and slot is self.slot:
-            ctx_after = self.current_context(slot)
-            restore_refused = any(c.restore and c.status for c in log) and fault_active
-            problem = checks.g2_problem(
-                ctx_before, ctx_after, exc, sets_context, self.context_gone(ctx_before, slot), restore_refused
-            )
-            if problem is not None:
-                self.flag(problem[0], op, problem[1])
-            if ctx_after != ctx_before and not (sets_context and exc is None):
-                self.set_context(ctx_before, slot)
-        # G6: captures left alone; W5: nothing freed under a graph made by capture
-        for rule, detail in self.watch.problems(op, cmark, exc, fault_active):
+
+    def _check_reports(self, op: str, marks: _Marks, call: _Call, may_warn: bool, warn_rule: str) -> None:
+        """G6 and W5 of captures; W1, W4, O5, O6: the reports (warnings, unraisable exceptions) the call made."""
+        for rule, detail in self.watch.problems(op, marks.captures, call.exc, call.fault_active):
             self.flag(rule, op, detail)
-        for s in sims:
+        for s in marks.sims:
             assert s.sim is not None
             for detail in self.watch.freed_under_graphs(s.sim):
                 self.flag("W5", op, detail)
-        # W1, W4, O5, O6: reports (G6: a report of a failure a capture caused)
-        messages = [str(w.message) for w in self._caught[wmark:] if issubclass(w.category, CUDAWarning)]
-        capture_reports = [] if fault_active else self.watch.warning_problems(messages, cmark)
+        # (G6: a report of a failure a capture caused)
+        messages = [str(w.message) for w in self._caught[marks.warnings :] if issubclass(w.category, CUDAWarning)]
+        capture_reports = [] if call.fault_active else self.watch.warning_problems(messages, marks.captures)
         for rule, detail in capture_reports:
             self.flag(rule, op, detail)
         if capture_reports:
-            messages = [m for m in messages if not self.watch.warning_problems([m], cmark)]
-        for rule, detail in checks.warning_problems(messages, fault_active, may_warn, warn_rule):
+            messages = [m for m in messages if not self.watch.warning_problems([m], marks.captures)]
+        for rule, detail in checks.warning_problems(messages, call.fault_active, may_warn, warn_rule):
             self.flag(rule, op, detail)
-        for category, what in self.unraisables[umark:]:
+        for category, what in self.unraisables[marks.unraisables :]:
             if category == "boom":
                 continue  # W6: the sweep's own callback raised, and it went where it must
             self.flag("S2" if category == "crash" else "W1", op, f"an exception reached sys.unraisablehook: {what}")
-        _drop_frames(exc)
-        _drop_frames(crash)
-        del self._caught[wmark:]
-        return Outcome(result, exc, log, crash is not None, fault_active)
 
     # --- calls ------------------------------------------------------------------------------------
 
@@ -519,11 +585,7 @@ class Session:
         args = tuple(values)
         name = op.name
         shown = [t for t in texts if "=" not in t.split("(", 1)[0]] + [t for t in texts if "=" in t.split("(", 1)[0]]
-        if receiver is None:
-            desc = f"{name}({', '.join(shown)})"
-        else:
-            method = name.split(".", 1)[1] if "." in name else name
-            desc = f"{receiver.label}.{method}({', '.join(shown)})"
+        desc = f"{_call_text(name, None if receiver is None else receiver.label)}({', '.join(shown)})"
 
         def call() -> Any:
             return run(*args) if recv is None else run(recv, *args)
@@ -589,7 +651,7 @@ class Session:
                         and other.obj._ordinal == result._ordinal
                         and other.obj._driver is result._driver
                     ):
-                        self.flag("O2", "Device", f"Device({result._ordinal}) returned a second object")
+                        self.flag("O2", "resources.Device()", f"Device({result._ordinal}) returned a second object")
             self.model.add(result)
         elif depth < 2 and isinstance(result, tuple | list | set | frozenset) and len(result) < 16:
             for item in result:

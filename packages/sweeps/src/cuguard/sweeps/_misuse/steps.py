@@ -211,35 +211,37 @@ def setup(s: Session) -> None:
     R, C, G = s.L.resources, s.L.context, s.L.graphs
     devices = []
     for ordinal in (0, 1):
-        dev = _make(s, f"Device({ordinal})", "Device", functools.partial(R.Device, ordinal))
+        dev = _make(s, f"Device({ordinal})", "resources.Device()", functools.partial(R.Device, ordinal))
         if dev is not None:
             devices.append(dev)
-            _make(s, f"Device({ordinal}).context", "Device.context", functools.partial(getattr, dev, "context"))
+            _make(
+                s, f"Device({ordinal}).context", "resources.Device.context", functools.partial(getattr, dev, "context")
+            )
     if not devices:
         return
     dev0 = devices[0]
-    s0 = _make(s, "dev0.create_stream()", "Device.create_stream", dev0.create_stream)
+    s0 = _make(s, "dev0.create_stream()", "resources.Device.create_stream", dev0.create_stream)
     if len(devices) > 1:
-        _make(s, "dev1.create_stream()", "Device.create_stream", devices[1].create_stream)
-    _make(s, "dev0.create_event()", "Device.create_event", dev0.create_event)
-    _make(s, "dev0.allocate(64)", "Device.allocate", lambda: dev0.allocate(SIZE))
+        _make(s, "dev1.create_stream()", "resources.Device.create_stream", devices[1].create_stream)
+    _make(s, "dev0.create_event()", "resources.Device.create_event", dev0.create_event)
+    _make(s, "dev0.allocate(64)", "resources.Device.allocate", lambda: dev0.allocate(SIZE))
     if s0 is not None:
-        _make(s, "dev0.allocate(64, stream=s0)", "Device.allocate", lambda: dev0.allocate(SIZE, s0))
-    _make(s, "dev0.allocate_pinned(64)", "Device.allocate_pinned", lambda: dev0.allocate_pinned(SIZE))
+        _make(s, "dev0.allocate(64, stream=s0)", "resources.Device.allocate", lambda: dev0.allocate(SIZE, s0))
+    _make(s, "dev0.allocate_pinned(64)", "resources.Device.allocate_pinned", lambda: dev0.allocate_pinned(SIZE))
     memory_resources(s, dev0, s0)
-    mod = _make(s, "dev0.load_module(IMAGE)", "Device.load_module", lambda: dev0.load_module(s.image()))
+    mod = _make(s, "dev0.load_module(IMAGE)", "resources.Device.load_module", lambda: dev0.load_module(s.image()))
     if mod is not None:
-        _make(s, "mod0.get_kernel('fill_u8')", "Module.get_kernel", lambda: mod.get_kernel("fill_u8"))
-    _make(s, "LaunchConfig(grid=1, block=64)", "LaunchConfig", lambda: R.LaunchConfig(grid=1, block=SIZE))
-    ctx = _make(s, "Context.create(0)", "Context.create", lambda: C.Context.create(0))
+        _make(s, "mod0.get_kernel('fill_u8')", "resources.Module.get_kernel", lambda: mod.get_kernel("fill_u8"))
+    _make(s, "LaunchConfig(grid=1, block=64)", "resources.LaunchConfig()", lambda: R.LaunchConfig(grid=1, block=SIZE))
+    ctx = _make(s, "Context.create(0)", "context.Context.create", lambda: C.Context.create(0))
     if ctx is not None:
-        _make(s, "Module.load(ctx, IMAGE)", "Module.load", lambda: R.Module.load(ctx, s.image()))
-    _make(s, "GraphDefinition()", "GraphDefinition", G.GraphDefinition)
-    g = _make(s, "GraphDefinition(dev0)", "GraphDefinition", lambda: G.GraphDefinition(dev0))
+        _make(s, "Module.load(ctx, IMAGE)", "resources.Module.load", lambda: R.Module.load(ctx, s.image()))
+    _make(s, "GraphDefinition()", "graphs.GraphDefinition()", G.GraphDefinition)
+    g = _make(s, "GraphDefinition(dev0)", "graphs.GraphDefinition()", lambda: G.GraphDefinition(dev0))
     if g is not None:
-        n0 = _make(s, "g0.empty()", "GraphDefinition.empty", g.empty)
+        n0 = _make(s, "g0.empty()", "graphs.GraphDefinition.empty", g.empty)
         if n0 is not None:
-            _make(s, "n0.empty()", "Node.empty", n0.empty)
+            _make(s, "n0.empty()", "graphs.Node.empty", n0.empty)
     builders(s, dev0)
     foreign_streams(s, dev0)
     for _ in range(s.ch.integer(0, 2)):  # captures in progress from the start (any mode, stream, thread)
@@ -249,30 +251,37 @@ def setup(s: Session) -> None:
 def builders(s: Session, dev0: Any) -> None:
     """A graph builder (relaxed mode) on a stream of its own, capturing."""
     G = s.L.graphs
-    stream = _make(s, "dev0.create_stream()", "Device.create_stream", dev0.create_stream)
+    stream = _make(s, "dev0.create_stream()", "resources.Device.create_stream", dev0.create_stream)
     if stream is None:
         return
     builder = _make(
-        s, "GraphBuilder(stream, mode='relaxed')", "GraphBuilder", lambda: G.GraphBuilder(stream, mode="relaxed")
+        s,
+        "GraphBuilder(stream, mode='relaxed')",
+        "graphs.GraphBuilder()",
+        lambda: G.GraphBuilder(stream, mode="relaxed"),
     )
     if builder is not None:
-        s.perform("GraphBuilder.begin_building", "gb0.begin_building()", builder.begin_building)
+        s.perform("graphs.GraphBuilder.begin_building", "gb0.begin_building()", builder.begin_building)
 
 
 def memory_resources(s: Session, dev0: Any, s0: Any) -> None:
     """One memory resource of each kind on device 0, with a buffer from each."""
     R = s.L.resources
     makers: tuple[tuple[str, str, Callable[[], Any]], ...] = (
-        ("DeviceMemoryResource(dev0)", "DeviceMemoryResource", lambda: R.DeviceMemoryResource(dev0)),
+        ("DeviceMemoryResource(dev0)", "resources.DeviceMemoryResource()", lambda: R.DeviceMemoryResource(dev0)),
         (
             "DeviceMemoryResource(dev0, options)",
-            "DeviceMemoryResource",
+            "resources.DeviceMemoryResource()",
             lambda: R.DeviceMemoryResource(dev0, R.DeviceMemoryResourceOptions(max_size=1 << 24)),
         ),
-        ("PinnedMemoryResource(dev0)", "PinnedMemoryResource", lambda: R.PinnedMemoryResource(dev0)),
-        ("ManagedMemoryResource(dev0)", "ManagedMemoryResource", lambda: R.ManagedMemoryResource(dev0)),
-        ("VirtualMemoryResource(dev0)", "VirtualMemoryResource", lambda: R.VirtualMemoryResource(dev0)),
-        ("LegacyPinnedMemoryResource(dev0)", "LegacyPinnedMemoryResource", lambda: R.LegacyPinnedMemoryResource(dev0)),
+        ("PinnedMemoryResource(dev0)", "resources.PinnedMemoryResource()", lambda: R.PinnedMemoryResource(dev0)),
+        ("ManagedMemoryResource(dev0)", "resources.ManagedMemoryResource()", lambda: R.ManagedMemoryResource(dev0)),
+        ("VirtualMemoryResource(dev0)", "resources.VirtualMemoryResource()", lambda: R.VirtualMemoryResource(dev0)),
+        (
+            "LegacyPinnedMemoryResource(dev0)",
+            "resources.LegacyPinnedMemoryResource()",
+            lambda: R.LegacyPinnedMemoryResource(dev0),
+        ),
     )
     for label, op, make in makers:
         mr = _make(s, label, op, make)
@@ -385,6 +394,20 @@ def fault(s: Session) -> None:
         go(fault=make, fault_desc=desc)
 
 
+#: The layer of each kind of object a close step closes (operation names start with it).
+_HOME = {
+    "Stream": "resources",
+    "Event": "resources",
+    "Buffer": "resources",
+    "PinnedBuffer": "resources",
+    "Module": "resources",
+    "Context": "context",
+    "GraphDefinition": "graphs",
+    "Graph": "graphs",
+    "GraphBuilder": "graphs",
+}
+
+
 def close_call(s: Session) -> Callable[..., Any] | None:
     """A close (or ``__exit__``, or ``destroy``) of a pooled object, ready to perform (``None``: nothing to close)."""
     kinds = (
@@ -404,7 +427,7 @@ def close_call(s: Session) -> Callable[..., Any] | None:
         return None
     entry = pick(s.ch, entries)
     how = pick(s.ch, ("close", "close", "__exit__"))
-    name = "Node.destroy" if entry.kind == "Node" else f"{entry.kind}.{how}"
+    name = "graphs.Node.destroy" if entry.kind == "Node" else f"{_HOME[entry.kind]}.{entry.kind}.{how}"
     return s.prepare(s.by_name[name], entry)
 
 
@@ -461,7 +484,7 @@ def copy_step(s: Session) -> None:
         if how_name == "pickle.dumps":
             R = s.L.resources
             outcome = s.perform(
-                "Device.__reduce__",
+                "resources.Device.__reduce__",
                 f"pickle.loads(pickle.dumps({entry.label}))",
                 lambda: pickle.loads(pickle.dumps(obj)),
             )
@@ -469,20 +492,23 @@ def copy_step(s: Session) -> None:
                 expected = R.Device(obj.ordinal)
                 if outcome.result is not expected:
                     s.flag(
-                        "O2", "Device.__reduce__", "an unpickled Device is not Device(ordinal) of the driver installed"
+                        "O2",
+                        "resources.Device.__reduce__",
+                        "an unpickled Device is not Device(ordinal) of the driver installed",
                     )
             return
-        outcome = s.perform("Device.__copy__", f"{how_name}({entry.label})", lambda: how(obj))
+        outcome = s.perform("resources.Device.__copy__", f"{how_name}({entry.label})", lambda: how(obj))
         if outcome.exc is None and outcome.result is not obj:
-            s.flag("O2", "Device.__copy__", f"{how_name} of a Device returned another object")
+            s.flag("O2", "resources.Device.__copy__", f"{how_name} of a Device returned another object")
         return
-    outcome = s.perform(f"{cls}.{how_name}", f"{how_name}({entry.label})", lambda: how(obj))
+    op = f"{type(obj).__module__.split('.')[1]}.{cls}.{how_name}"  # cuguard.<layer>.<module>
+    outcome = s.perform(op, f"{how_name}({entry.label})", lambda: how(obj))
     if outcome.exc is None:
-        s.flag("O1", f"{cls}.{how_name}", f"{how_name} of a {cls} succeeded: a second owner of its handle")
+        s.flag("O1", op, f"{how_name} of a {cls} succeeded: a second owner of its handle")
     elif not isinstance(outcome.exc, TypeError) or cls not in str(outcome.exc):
-        s.flag("O1", f"{cls}.{how_name}", f"refused without a TypeError naming {cls}: {outcome.exc!r}")
+        s.flag("O1", op, f"refused without a TypeError naming {cls}: {outcome.exc!r}")
     if outcome.log:
-        s.flag("O1", f"{cls}.{how_name}", f"a refused copy called the driver: {[c.name for c in outcome.log]}")
+        s.flag("O1", op, f"a refused copy called the driver: {[c.name for c in outcome.log]}")
 
 
 def construct(s: Session) -> None:
@@ -490,11 +516,12 @@ def construct(s: Session) -> None:
     name = pick(s.ch, tuple(_CONSTRUCT))
     layer, hint = _CONSTRUCT[name]
     cls = getattr(getattr(s.L, layer), name)
-    outcome = s.perform(f"{name}()", f"{name}()", cls)
+    op = f"{layer}.{name}()"
+    outcome = s.perform(op, f"{name}()", cls)
     if outcome.exc is None:
-        s.flag("O1", f"{name}()", f"{name}() constructed an object directly")
+        s.flag("O1", op, f"{name}() constructed an object directly")
     elif not isinstance(outcome.exc, TypeError) or hint not in str(outcome.exc):
-        s.flag("O1", f"{name}()", f"refused without a TypeError naming the factory ({hint}): {outcome.exc!r}")
+        s.flag("O1", op, f"refused without a TypeError naming the factory ({hint}): {outcome.exc!r}")
 
 
 def cycle(s: Session) -> None:
@@ -504,14 +531,16 @@ def cycle(s: Session) -> None:
     ctx = None
     mod = None
     if coin(s.ch, 70):
-        outcome = s.perform("Context.create", "ctx = Context.create(0)", lambda: C.Context.create(0))
+        outcome = s.perform("context.Context.create", "ctx = Context.create(0)", lambda: C.Context.create(0))
         ctx = outcome.result
         if ctx is not None:
             s.pool_result(ctx)
             e = s.model.find(ctx)
             if e is not None:
                 members.append(e)
-            outcome = s.perform("Module.load", "Module.load(ctx, IMAGE)", lambda: R.Module.load(ctx, s.image()))
+            outcome = s.perform(
+                "resources.Module.load", "Module.load(ctx, IMAGE)", lambda: R.Module.load(ctx, s.image())
+            )
             mod = outcome.result
             if mod is not None:
                 s.pool_result(mod)
@@ -519,7 +548,7 @@ def cycle(s: Session) -> None:
                 if e is not None:
                     members.append(e)
             if coin(s.ch, 50):
-                outcome = s.perform("GraphDefinition", "GraphDefinition(ctx)", lambda: G.GraphDefinition(ctx))
+                outcome = s.perform("graphs.GraphDefinition()", "GraphDefinition(ctx)", lambda: G.GraphDefinition(ctx))
                 if outcome.result is not None:
                     s.pool_result(outcome.result)
                     e = s.model.find(outcome.result)
@@ -580,11 +609,11 @@ def switch(s: Session) -> None:
     def install() -> None:
         s.install(target)
 
-    s.perform("install_driver", what, install, sets_context=True)
+    s.perform("errors.install_driver", what, install, sets_context=True)
     if not any(e.kind == "Device" and e.driver == target.index for e in s.model.pool):
-        dev = _make(s, "Device(0)", "Device", lambda: s.L.resources.Device(0))
+        dev = _make(s, "Device(0)", "resources.Device()", lambda: s.L.resources.Device(0))
         if dev is not None:
-            _make(s, "dev.create_stream()", "Device.create_stream", dev.create_stream)
+            _make(s, "dev.create_stream()", "resources.Device.create_stream", dev.create_stream)
             foreign_streams(s, dev)
 
 
