@@ -32,6 +32,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from cuguard.errors._exceptions import CUDADriverNotFoundError, CUDAError
+from cuguard.errors._facts import calls_where
 from cuguard.errors._locks import deferring_lock
 
 __all__ = [
@@ -198,7 +199,7 @@ driver = DriverSeam()
 _callbacks_running = [0]
 _callbacks_lock = deferring_lock()
 _NOT_PERMITTED = 800  # CUDA_ERROR_NOT_PERMITTED: what the driver itself answers there
-_CALLBACK_SAFE = frozenset({"cuGetErrorName", "cuGetErrorString"})
+_CALLBACK_SAFE = calls_where(callback_safe=True)
 
 
 def _refused_in_callbacks(fn: Any, name: str) -> Any:

@@ -28,6 +28,10 @@ patch release never removes or changes one.
 - Fault attribution's switch, read on each launch: :func:`attributing`.
 - For sweeps that collect garbage at each acquisition of a cuguard lock:
   :func:`set_acquire_hook`.
+- The one table of facts about driver functions (what each creates, releases,
+  waits for, queues; whether it is capture-unsafe, callback-safe, what it does
+  once the driver is sticky): :data:`DRIVER_FACTS` of :class:`DriverFact`
+  records, :func:`calls_where` for views of it, :data:`REFCOUNTED`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from cuguard.errors._arguments import (
     out_of_range,
     status_argument,
 )
+from cuguard.errors._facts import DRIVER_FACTS, REFCOUNTED, DriverFact, calls_where
 from cuguard.errors._locks import DeferringLock, collection_deferred, deferring_lock, set_acquire_hook
 from cuguard.errors._ownership import (
     Unique,
@@ -64,13 +69,17 @@ from cuguard.errors._seam import (
 from cuguard.errors._sticky import attributing
 
 __all__ = [
+    "DRIVER_FACTS",
     "DRIVER_VARIABLE",
     "INT_LIMIT",
     "SIZE_LIMIT",
     "UINT_LIMIT",
+    "REFCOUNTED",
     "DeferringLock",
+    "DriverFact",
     "Unique",
     "attributing",
+    "calls_where",
     "collection_deferred",
     "default_driver_choice",
     "defer",

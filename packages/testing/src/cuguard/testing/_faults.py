@@ -32,7 +32,7 @@ from cuguard.errors import (
     installed_driver,
     is_sticky,
 )
-from cuguard.errors.lowlevel import deferring_lock, int_argument, status_argument
+from cuguard.errors.lowlevel import DRIVER_FACTS, calls_where, deferring_lock, int_argument, status_argument
 from cuguard.testing._sim.facts import STICKY_EXEMPT
 
 __all__ = [
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 # Calls that still answer while the driver is deinitialized (they read static tables).
-_DEINIT_EXEMPT = frozenset({"cuGetErrorName", "cuGetErrorString"})
+_DEINIT_EXEMPT = calls_where(callback_safe=True)
 
 
 def _bindings() -> Any:
@@ -143,49 +143,21 @@ class FaultPlan:
 
 
 # Driver objects created and released, for leak accounting over any driver:
-# function -> (kind, handle taken from the result (True) or the arguments, index, +1/-1).
+# function -> (kind, handle taken from the result (True) or the arguments, index, +1/-1); a view of the
+# table of driver facts. Graph nodes die with their graph and user objects with their last reference:
+# neither is counted.
+_NOT_COUNTED = frozenset({"graph_node", "user_object"})
 _LEDGER: dict[str, tuple[str, bool, int, int]] = {
-    "cuCtxCreate": ("context", True, 1, 1),
-    "cuStreamCreate": ("stream", True, 1, 1),
-    "cuStreamCreateWithPriority": ("stream", True, 1, 1),
-    "cuEventCreate": ("event", True, 1, 1),
-    "cuMemAlloc": ("device_memory", True, 1, 1),
-    "cuMemAllocAsync": ("device_memory", True, 1, 1),
-    "cuMemAllocManaged": ("device_memory", True, 1, 1),
-    "cuMemAllocPitch": ("device_memory", True, 1, 1),
-    "cuMemAllocFromPoolAsync": ("device_memory", True, 1, 1),
-    "cuMemPoolImportPointer": ("device_memory", True, 1, 1),
-    "cuMemPoolCreate": ("memory_pool", True, 1, 1),
-    "cuMemPoolImportFromShareableHandle": ("memory_pool", True, 1, 1),
-    "cuIpcOpenEventHandle": ("event", True, 1, 1),
-    "cuMemAllocHost": ("host_memory", True, 1, 1),
-    "cuMemHostAlloc": ("host_memory", True, 1, 1),
-    "cuModuleLoadData": ("module", True, 1, 1),
-    "cuLibraryLoadData": ("library", True, 1, 1),
-    "cuGraphCreate": ("graph", True, 1, 1),
-    "cuGraphClone": ("graph", True, 1, 1),
-    "cuStreamEndCapture": ("graph", True, 1, 1),  # (not cuStreamBeginCaptureToGraph's, which the caller made)
-    "cuGraphInstantiate": ("graph_exec", True, 1, 1),
-    "cuGraphInstantiateWithFlags": ("graph_exec", True, 1, 1),
-    "cuMemAddressReserve": ("address_range", True, 1, 1),
-    "cuMemCreate": ("physical_memory", True, 1, 1),
-    "cuMemMap": ("memory_mapping", False, 0, 1),
-    "cuDevicePrimaryCtxRetain": ("primary_context", False, 0, 1),
-    "cuCtxDestroy": ("context", False, 0, -1),
-    "cuStreamDestroy": ("stream", False, 0, -1),
-    "cuEventDestroy": ("event", False, 0, -1),
-    "cuMemFree": ("device_memory", False, 0, -1),
-    "cuMemFreeAsync": ("device_memory", False, 0, -1),
-    "cuMemFreeHost": ("host_memory", False, 0, -1),
-    "cuMemPoolDestroy": ("memory_pool", False, 0, -1),
-    "cuModuleUnload": ("module", False, 0, -1),
-    "cuLibraryUnload": ("library", False, 0, -1),
-    "cuGraphDestroy": ("graph", False, 0, -1),
-    "cuGraphExecDestroy": ("graph_exec", False, 0, -1),
-    "cuDevicePrimaryCtxRelease": ("primary_context", False, 0, -1),
-    "cuMemAddressFree": ("address_range", False, 0, -1),
-    "cuMemRelease": ("physical_memory", False, 0, -1),
-    "cuMemUnmap": ("memory_mapping", False, 0, -1),
+    **{
+        fact.name: (fact.creates, fact.handle_from == "result", 1 if fact.handle_from == "result" else 0, 1)
+        for fact in DRIVER_FACTS.values()
+        if fact.creates is not None and fact.creates not in _NOT_COUNTED
+    },
+    **{
+        fact.name: (fact.releases, False, 0, -1)
+        for fact in DRIVER_FACTS.values()
+        if fact.releases is not None and fact.releases not in _NOT_COUNTED
+    },
 }
 
 

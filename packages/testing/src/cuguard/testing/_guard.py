@@ -16,69 +16,32 @@ from __future__ import annotations
 from typing import Any
 
 from cuguard.errors import RESTORE_CONTEXT
-from cuguard.errors.lowlevel import deferring_lock
+from cuguard.errors.lowlevel import DRIVER_FACTS, REFCOUNTED, calls_where, deferring_lock
 
 __all__ = ["SafetyDriver"]
 
+# Views of the table of driver facts. Reference-counted objects (primary contexts, user objects) may be
+# released more than once: the net does not follow them.
 # Release function -> kind of handle it releases (first argument).
 _RELEASES = {
-    "cuStreamDestroy": "stream",
-    "cuEventDestroy": "event",
-    "cuMemFree": "device_memory",
-    "cuMemFreeAsync": "device_memory",
-    "cuMemFreeHost": "host_memory",
-    "cuModuleUnload": "module",
-    "cuGraphDestroy": "graph",
-    "cuGraphExecDestroy": "graph_exec",
-    "cuGraphDestroyNode": "graph_node",
-    "cuCtxDestroy": "context",
-    "cuMemAddressFree": "address_range",
-    "cuMemRelease": "physical_memory",
-    "cuMemUnmap": "memory_mapping",
-    "cuMemPoolDestroy": "memory_pool",
+    f.name: f.releases for f in DRIVER_FACTS.values() if f.releases is not None and f.releases not in REFCOUNTED
 }
 # Creating function -> kind of handle it returns (second element of the result). Every call that
 # can hand out a handle or address released before must be here: the driver reuses them (a pool
 # gives a freed address to its next allocation), and a reused one the net did not see created
 # would look released, so that its first release would be refused as a second one.
 _CREATES = {
-    "cuStreamCreate": "stream",
-    "cuStreamCreateWithPriority": "stream",
-    "cuEventCreate": "event",
-    "cuIpcOpenEventHandle": "event",
-    "cuMemAlloc": "device_memory",
-    "cuMemAllocAsync": "device_memory",
-    "cuMemAllocFromPoolAsync": "device_memory",
-    "cuMemAllocManaged": "device_memory",
-    "cuMemAllocPitch": "device_memory",
-    "cuMemPoolImportPointer": "device_memory",
-    "cuMemHostAlloc": "host_memory",
-    "cuMemAllocHost": "host_memory",
-    "cuModuleLoadData": "module",
-    "cuGraphCreate": "graph",
-    "cuGraphClone": "graph",
-    "cuStreamEndCapture": "graph",
-    "cuGraphInstantiate": "graph_exec",
-    "cuCtxCreate": "context",
-    "cuGraphAddNode": "graph_node",
-    "cuGraphAddEmptyNode": "graph_node",
-    "cuGraphAddKernelNode": "graph_node",
-    "cuGraphAddMemsetNode": "graph_node",
-    "cuGraphAddMemcpyNode": "graph_node",
-    "cuGraphAddHostNode": "graph_node",
-    "cuGraphAddEventRecordNode": "graph_node",
-    "cuGraphAddEventWaitNode": "graph_node",
-    "cuGraphAddMemAllocNode": "graph_node",
-    "cuGraphAddMemFreeNode": "graph_node",
-    "cuGraphAddChildGraphNode": "graph_node",
-    "cuMemAddressReserve": "address_range",
-    "cuMemCreate": "physical_memory",
-    "cuMemPoolCreate": "memory_pool",
-    "cuMemPoolImportFromShareableHandle": "memory_pool",
+    f.name: f.creates
+    for f in DRIVER_FACTS.values()
+    if f.creates is not None and f.creates not in REFCOUNTED and f.handle_from == "result"
 }
 # Creating function -> kind of handle it makes at its first argument (a mapping at an address).
-_CREATES_AT = {"cuMemMap": "memory_mapping"}
-_SWITCHES = {"cuCtxSetCurrent", "cuCtxPushCurrent", RESTORE_CONTEXT}
+_CREATES_AT = {
+    f.name: f.creates
+    for f in DRIVER_FACTS.values()
+    if f.creates is not None and f.creates not in REFCOUNTED and f.handle_from == "argument"
+}
+_SWITCHES = calls_where(switches=True) | {RESTORE_CONTEXT}
 
 
 def _int(value: Any) -> int:

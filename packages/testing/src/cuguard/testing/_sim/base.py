@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 from cuda.bindings import driver as cb
 
 from cuguard.errors import error_name
-from cuguard.errors.lowlevel import deferring_lock, forget_driver
+from cuguard.errors.lowlevel import calls_where, deferring_lock, forget_driver
 from cuguard.testing._sim.accounting import (
     Changes,
     Incident,
@@ -56,29 +56,9 @@ _HANDLE_BASE = 1 << 47  # above user space, below device addresses: never a host
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 NOT_PERMITTED = R.CUDA_ERROR_NOT_PERMITTED
 #: Calls at which a pending kernel fault surfaces (they wait for the GPU, or are synchronous).
-SYNCHRONIZING_CALLS = frozenset(
-    {
-        "cuCtxSynchronize",
-        "cuStreamSynchronize",
-        "cuEventSynchronize",
-        "cuStreamQuery",
-        "cuEventQuery",
-        "cuMemcpyHtoD",
-        "cuMemcpyDtoH",
-        "cuMemcpyDtoD",
-        "cuMemcpy",
-        "cuMemsetD8",
-        "cuMemsetD16",
-        "cuMemsetD32",
-        "cuMemFree",
-        "cuMemFreeHost",
-        "cuModuleUnload",
-        "cuCtxDestroy",
-        "cuDevicePrimaryCtxRelease",
-    }
-)
+SYNCHRONIZING_CALLS = calls_where(synchronizes=True)
 #: Calls that read static tables and so answer even inside a host function.
-_CALLBACK_SAFE = frozenset({"cuGetErrorName", "cuGetErrorString"})
+_CALLBACK_SAFE = calls_where(callback_safe=True)
 
 # Handles and device addresses are drawn from process-wide counters, so that a
 # handle one simulator issued is never issued by another in the same process:

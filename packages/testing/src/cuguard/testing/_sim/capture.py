@@ -97,6 +97,7 @@ from typing import Any
 
 from cuda.bindings import driver as cb
 
+from cuguard.errors.lowlevel import calls_where
 from cuguard.testing._bindings import EDGE_DATA
 from cuguard.testing._sim.base import DEVICE_BASE, OK, SUCCESS, Status, api, h
 from cuguard.testing._sim.graphs import SimGraphs
@@ -130,42 +131,11 @@ _NODE_TYPES: dict[str, Any] = {
     "cuLaunchHostFunc": T.CU_GRAPH_NODE_TYPE_HOST,
 }
 #: Calls a thread whose capture mode prohibits potentially unsafe calls may not make.
-UNSAFE_DURING_CAPTURE: frozenset[str] = frozenset(
-    {
-        "cuMemAlloc",
-        "cuMemFree",
-        "cuMemAllocHost",
-        "cuMemHostAlloc",
-        "cuMemAllocManaged",
-        "cuMemFreeHost",
-        "cuMemPoolCreate",
-        "cuCtxSynchronize",
-        "cuGraphExecDestroy",
-        "cuMemcpy",
-        "cuMemcpyHtoD",
-        "cuMemcpyDtoH",
-        "cuMemcpyDtoD",
-        "cuMemsetD8",
-        "cuMemsetD16",
-        "cuMemsetD32",
-    }
-)
+UNSAFE_DURING_CAPTURE: frozenset[str] = calls_where(capture_unsafe=True)
 
 
 #: Calls that may name the legacy stream while a blocking stream captures: they order no work.
-_LEGACY_QUERIES: frozenset[str] = frozenset(
-    {
-        "cuStreamGetCtx",
-        "cuStreamGetFlags",
-        "cuStreamGetPriority",
-        "cuStreamGetId",
-        "cuStreamIsCapturing",
-        "cuStreamGetCaptureInfo",
-        "cuStreamBeginCapture",
-        "cuStreamEndCapture",
-        "cuStreamDestroy",
-    }
-)
+_LEGACY_QUERIES: frozenset[str] = calls_where(legacy_query=True)
 
 
 def _node_type(call: str) -> Any:

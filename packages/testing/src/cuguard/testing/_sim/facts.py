@@ -4,10 +4,15 @@ Observed on an NVIDIA H200 (driver 580.159.04, CUDA 13.0, cuda-bindings
 13.3.1); the raw observations are ``shared/driver-facts/`` in the repository.
 The simulated driver reproduces them, and the fault proxy over the real driver
 reuses :data:`STICKY_EXEMPT` to make a ``sticky`` fault behave as the real
-driver does after a kernel fault.
+driver does after a kernel fault. The facts about each driver function (which
+calls work before ``cuInit``, which still succeed once the driver is sticky)
+are records of the one table of driver facts
+(:data:`cuguard.errors.lowlevel.DRIVER_FACTS`); the sets here are views of it.
 """
 
 from __future__ import annotations
+
+from cuguard.errors.lowlevel import calls_where
 
 __all__ = [
     "CONTEXT_FLAGS_MASK",
@@ -35,94 +40,25 @@ DRIVER_VERSION = 13000
 
 #: Calls that work before ``cuInit`` (every other call returns
 #: ``CUDA_ERROR_NOT_INITIALIZED`` until then).
-PRE_INIT_CALLS: frozenset[str] = frozenset({"cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"})
+PRE_INIT_CALLS: frozenset[str] = calls_where(pre_init=True)
 
 #: Calls observed to fail with the sticky status after a kernel wrote to an
 #: invalid address (``CUDA_ERROR_ILLEGAL_ADDRESS``). Releases fail too: what
 #: cannot be released must be reported and leaked.
-STICKY_OBSERVED_FAILS: frozenset[str] = frozenset(
-    {
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuStreamCreate",
-        "cuEventCreate",
-        "cuMemAlloc",
-        "cuEventRecord",
-        "cuEventQuery",
-        "cuStreamDestroy",
-        "cuEventDestroy",
-        "cuMemFree",
-        "cuModuleUnload",
-    }
-)
+STICKY_OBSERVED_FAILS: frozenset[str] = calls_where(sticky="fails-observed")
 
 #: Calls observed to still succeed after that sticky error.
-STICKY_OBSERVED_SUCCEEDS: frozenset[str] = frozenset(
-    {
-        "cuCtxGetCurrent",
-        "cuCtxSetCurrent",
-        "cuGraphCreate",
-        "cuCtxDestroy",
-        "cuDevicePrimaryCtxRelease",
-        "cuGetErrorName",
-    }
-)
+STICKY_OBSERVED_SUCCEEDS: frozenset[str] = calls_where(sticky="succeeds-observed")
 
 #: Calls not observed, assumed to keep working after a sticky error because
 #: they only read driver constants, manage the calling thread's context stack,
 #: or edit host-side graph definitions (like ``cuGraphCreate``, which was
 #: observed) and reference counts.
-STICKY_ASSUMED_SUCCEEDS: frozenset[str] = frozenset(
-    {
-        "cuGetErrorString",
-        "cuDriverGetVersion",
-        "cuInit",
-        "cuDeviceGet",
-        "cuDeviceGetCount",
-        "cuDeviceGetName",
-        "cuDeviceGetAttribute",
-        "cuDeviceTotalMem",
-        "cuDeviceGetUuid",
-        "cuDeviceGetPCIBusId",
-        "cuDevicePrimaryCtxGetState",
-        "cuCtxGetDevice",
-        "cuCtxPushCurrent",
-        "cuCtxPopCurrent",
-        "cuCtxGetApiVersion",
-        "cuStreamGetCtx",
-        "cuGraphDestroy",
-        "cuGraphDestroyNode",
-        "cuGraphAddDependencies",
-        "cuGraphRemoveDependencies",
-        "cuGraphGetNodes",
-        "cuGraphGetEdges",
-        "cuGraphGetRootNodes",
-        "cuGraphNodeGetDependencies",
-        "cuGraphNodeGetDependentNodes",
-        "cuGraphNodeGetType",
-        "cuGraphAddEmptyNode",
-        "cuGraphAddChildGraphNode",
-        "cuGraphAddHostNode",
-        "cuGraphAddEventRecordNode",
-        "cuGraphAddEventWaitNode",
-        "cuGraphAddKernelNode",
-        "cuGraphAddMemsetNode",
-        "cuGraphAddMemcpyNode",
-        "cuGraphKernelNodeGetParams",
-        "cuGraphKernelNodeSetParams",
-        "cuGraphChildGraphNodeGetGraph",
-        "cuGraphClone",
-        "cuUserObjectCreate",
-        "cuUserObjectRetain",
-        "cuUserObjectRelease",
-        "cuGraphRetainUserObject",
-        "cuGraphReleaseUserObject",
-    }
-)
+STICKY_ASSUMED_SUCCEEDS: frozenset[str] = calls_where(sticky="succeeds-assumed")
 
 #: Calls that still succeed while the driver is sticky; every other call
 #: returns the sticky status.
-STICKY_EXEMPT: frozenset[str] = STICKY_OBSERVED_SUCCEEDS | STICKY_ASSUMED_SUCCEEDS
+STICKY_EXEMPT: frozenset[str] = calls_where(sticky_exempt=True)
 
 #: Misuse that crashed the real process (segmentation fault or abort): the
 #: simulator raises ``SimulatedCrash`` for each instead of returning a status.
