@@ -83,7 +83,6 @@ class NodeBuilders:
         _context: Context | None
         _nodes: dict[int, Node]
         _fresh: list[Node]
-        _owners: dict[int, object]
         _next_order: int
         _version: int
 
@@ -547,5 +546,10 @@ class NodeBuilders:
         """
         from cuguard.graphs import _conditional
 
-        size = _conditional.conditional_size(count)
-        return _conditional.add_conditional(self, "switch", condition, size, deps)  # type: ignore[arg-type]
+        return _conditional.add_conditional(
+            self,  # type: ignore[arg-type]
+            "switch",
+            condition,
+            _conditional.conditional_size(count),
+            deps,
+        )

@@ -12,16 +12,20 @@ or a fork left unjoined) leaves nothing behind; a graph the driver returned
 beside an error is destroyed once; the fork streams the builder made are
 destroyed once the capture has ended, whatever happened to their joins; the
 wrapped stream is never closed and is usable again once the capture ended.
+
+The nodes a builder adds itself are the capture-work module's, its forks and
+conditional nodes the capture-branches module's: bases of :class:`GraphBuilder`,
+found through its class as its own.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
-from cuguard.context import Context, call_in, init_driver
+from cuguard.context import Context, init_driver
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
@@ -33,22 +37,19 @@ from cuguard.errors import (
     report,
     report_error,
 )
-from cuguard.errors.lowlevel import UINT_LIMIT, int_argument, wrong_kind
-from cuguard.graphs import _compat, _conditional, _lifetime
-from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
+from cuguard.errors.lowlevel import wrong_kind
+from cuguard.graphs._capture_branches import CaptureBranches, _close_noting
+from cuguard.graphs._common import _UNINSTALLED, _Collected, _types
 from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
-from cuguard.resources import Event, Kernel, LaunchConfig, Stream, launch
+from cuguard.resources import Event, Stream
 from cuguard.resources.lowlevel import (
     OwnerTable,
     capture_began,
     capture_ended,
-    capture_joined,
     capture_left,
-    check_read_only,
     graph_let_go,
-    memory_uses,
     retain,
     split_written,
 )
@@ -59,18 +60,7 @@ __all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mo
 CAPTURE_MODES: Final[dict[str, int]] = {"global": 0, "thread_local": 1, "relaxed": 2}
 _MODE_NAMES: Final[dict[int, str]] = {v: k for k, v in CAPTURE_MODES.items()}
 _STATUS_NAMES: Final[dict[int, str]] = {0: "none", 1: "active", 2: "invalidated"}
-_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
-_SET_DEPENDENCIES = 1  # CU_STREAM_SET_CAPTURE_DEPENDENCIES
 _ENDED_WITHOUT_GRAPH = (901, 904)  # CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, _UNJOINED: the driver ended the capture
-
-
-def _bindings_major() -> int:
-    import cuda.bindings
-
-    return int(str(cuda.bindings.__version__).split(".")[0])
-
-
-_EDGE_DATA: Final[bool] = _bindings_major() >= 13
 
 
 def _mode_value(mode: object, param: str = "mode") -> int:
@@ -187,7 +177,7 @@ class _Capture:
         return f"<capture of {self.builder!r}>"
 
 
-class GraphBuilder(_Collected):
+class GraphBuilder(CaptureBranches, _Collected):
     """Builds a graph definition by capturing the work queued on a stream (cuda.core's ``GraphBuilder``).
 
     ``GraphBuilder(stream)`` wraps ``stream`` (a :class:`~cuguard.resources.Stream`;
@@ -661,375 +651,10 @@ class GraphBuilder(_Collected):
             raise RuntimeError(f"{self!r} is still building: call end_building() first")
         return self.definition.instantiate()
 
-    # --- work the definition keeps alive ---
-
-    def keep(self, *objects: object) -> None:
-        """Keep ``objects`` alive as long as any graph made from this capture may use them (W5).
-
-        For what work queued through the builder's handle by other code uses.
-        Memory among ``objects`` counts as used by a graph from now on:
-        ``close()`` closes it for use and frees it only once no graph made from
-        this capture may run (G6). Raises ``RuntimeError`` when not building.
-        """
-        self._check_capturing("keep objects")
-        self._retain(list(objects))
+    # --- the capture's root ---
 
     def _root_builder(self) -> GraphBuilder:
         return self._root if self._root is not None else self
-
-    def launch(self, config: LaunchConfig, kernel: Kernel, *args: Any, read_only: Sequence[int] = ()) -> None:
-        """Capture a launch of ``kernel`` (see :func:`~cuguard.resources.launch`); keep it and its buffers alive.
-
-        ``read_only`` names the arguments the kernel only reads: the race
-        checker counts a launch of the graph as reading them (B7).
-        Raises as :func:`~cuguard.resources.launch` does (nothing is captured
-        then) and ``RuntimeError`` when not building.
-        """
-        if not isinstance(config, LaunchConfig):
-            raise wrong_kind("config", "a LaunchConfig", config)
-        if not isinstance(kernel, Kernel):
-            raise wrong_kind("kernel", "a Kernel", kernel)
-        reads = check_read_only(read_only, len(args)) if read_only else frozenset()
-        self._check_capturing("launch")
-        launch(self._stream, config, kernel, *args, read_only=tuple(reads))
-        written, read = memory_uses(args, reads)
-        self._retain([kernel, kernel.module, *written], read)
-
-    def _retain(self, owners: list[object], read: Sequence[object] = ()) -> None:
-        """Keep ``owners`` (written) and ``read`` alive with the capture's graph (memory: graph-used, G6)."""
-        retain(self._root_builder()._owners, owners, read)
-
-    def callback(self, fn: Callable[[], object]) -> None:
-        """Capture a host node calling ``fn()`` at each launch; ``fn`` lives as long as a graph may call it.
-
-        The node is added to the capture's graph directly (``cuStreamGetCaptureInfo``,
-        ``cuGraphAddHostNode``, ``cuStreamUpdateCaptureDependencies``), not with
-        ``cuLaunchHostFunc``: cuda-bindings frees the data of a ``cuLaunchHostFunc``
-        callback after its first call, so a captured one would crash the process
-        when the graph runs a second time. When the last step fails the capture is
-        abandoned, as for :meth:`embed`.
-
-        An exception raised by ``fn`` goes to ``sys.unraisablehook`` and the
-        graph carries on (W6); ``fn`` must not call CUDA. Raises ``TypeError``
-        for a non-callable and ``RuntimeError`` when not building, before the
-        driver; :class:`~cuguard.errors.CUDAError` if the driver refuses
-        (nothing is captured then).
-        """
-        if not callable(fn):
-            raise TypeError(f"a host callback must be callable, not {type(fn).__name__}")
-        self._check_capturing("capture a callback")
-        self._not_in_body("host-callback")
-        entry = _lifetime.HostCallback(fn)
-        types = _types()
-        params = types.CUDA_HOST_NODE_PARAMS()
-        params.fn = types.CUhostFn(_lifetime.host_thunk_address())
-        params.userData = entry.token
-        self._add_at_tail(
-            lambda graph, deps, count: driver.cuGraphAddHostNode(graph, deps, count, params),
-            "cuGraphAddHostNode",
-            [entry],
-        )
-
-    def _add_at_tail(
-        self,
-        add: Callable[[Any, list[Any], int], Any],
-        call: str,
-        owners: list[object],
-        read: Sequence[object] = (),
-    ) -> None:
-        """Add a node after the work captured so far and make the capture continue from it.
-
-        ``add(graph, deps, count)`` adds the node (returning ``(status, node)``);
-        ``owners`` (written by the node) and ``read`` (only read) are kept alive
-        from then on (G5, B7). A refused last step abandons
-        the capture: a node cannot be removed from a graph being captured.
-        """
-        stream = self._stream.handle
-        graph, deps = self._capture_tail()
-        err, node = add(graph, deps, len(deps))
-        if err:
-            raise_status(err, call)
-        self._retain(owners, read)  # the node exists now, whatever follows (G5)
-        if _EDGE_DATA:
-            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], None, 1, _SET_DEPENDENCIES)
-        else:
-            (err,) = driver.cuStreamUpdateCaptureDependencies(stream, [node], 1, _SET_DEPENDENCIES)
-        if err:
-            try:
-                raise_status(err, "cuStreamUpdateCaptureDependencies")
-            except CUDAError as exc:
-                self._root_builder()._abandon(exc)
-                raise
-
-    def embed(self, child: GraphBuilder | GraphDefinition) -> None:
-        """Capture a child graph node running a copy of ``child`` (a definition, or a builder's :attr:`definition`).
-
-        The node follows the work captured so far on this builder's stream and the
-        work captured next follows it. Everything the child's nodes use is kept
-        alive. Steps: ``cuStreamGetCaptureInfo``, ``cuGraphAddChildGraphNode``,
-        ``cuStreamUpdateCaptureDependencies``. When the last step fails the node
-        cannot be removed (CUDA forbids removing nodes from a graph being
-        captured) and would run unordered with later work, so the whole capture
-        is abandoned: it is ended and its graph destroyed, the forks' streams are
-        closed, :class:`~cuguard.errors.CUDAError` is raised and the builder is
-        no longer building (begin again to capture anew); nothing is left
-        behind. Raises ``TypeError`` for another kind of ``child`` and
-        ``RuntimeError`` when not building, before the driver;
-        :class:`~cuguard.errors.CUDAError` if the driver refuses an earlier step
-        (nothing is added then).
-        """
-        if isinstance(child, GraphBuilder):
-            definition = child.definition
-        elif isinstance(child, GraphDefinition):
-            definition = child
-        else:
-            raise wrong_kind("child", "a GraphBuilder or a GraphDefinition", child)
-        self._check_capturing("embed a child graph")
-        child_handle = definition.handle
-        definition._check_no_memory_nodes("be embedded as a child graph")
-        _check_owners(definition, definition._owners, "embedded")
-        written, read = split_written(definition._owners)
-        self._add_at_tail(
-            lambda graph, deps, count: driver.cuGraphAddChildGraphNode(graph, deps, count, child_handle),
-            "cuGraphAddChildGraphNode",
-            written,
-            read,
-        )
-
-    # --- conditional nodes ---
-
-    def _not_in_body(self, kind: str) -> None:
-        if self._root_builder()._parent is not None:
-            raise ValueError(f"{self!r} captures a conditional body: CUDA does not allow {kind} nodes there")
-
-    def create_condition(self, default: int | None = None) -> GraphCondition:
-        """A condition handle of the graph being captured (``cuGraphConditionalHandleCreate``).
-
-        For :meth:`if_then`, :meth:`if_else`, :meth:`while_loop` and
-        :meth:`switch` of this capture (this builder or its forks); ``default``
-        as in :meth:`GraphDefinition.create_condition`. Once the capture ends
-        the condition belongs to :attr:`definition`; a capture that ends
-        without a graph takes it along (its use then raises
-        ``ResourceClosedError``). Each condition needs its conditional node
-        before the definition is instantiated (a CUDA rule, checked by
-        ``instantiate``). Raises ``TypeError``/``ValueError`` for a bad
-        ``default``, ``RuntimeError`` when not building and ``ValueError`` in a
-        body builder (cuguard captures bodies into child graphs, which CUDA
-        does not allow to hold conditional nodes: nest conditionals in a
-        :class:`~cuguard.graphs.GraphDefinition` instead), all before the
-        driver; :class:`~cuguard.errors.CUDAError` if the driver refuses
-        (nothing is made: CUDA frees handles with their graph).
-        """
-        default = _conditional.check_default(default)
-        self._check_capturing("create a condition")
-        self._not_in_body("conditional")
-        capture = self._root_builder()._capture
-        assert capture is not None  # set while building
-        graph, _ = self._capture_tail()
-        cond = _conditional.new_condition(graph, self._context, default, capture)
-        capture.conditions.append(cond)
-        return cond
-
-    def if_then(self, condition: GraphCondition) -> GraphBuilder:
-        """Capture an if node after the work so far; return the builder of its body (cuda.core's ``if_cond``).
-
-        The body runs when ``condition`` (of :meth:`create_condition`) is
-        non-zero. The returned builder captures on a stream of its own: call
-        its :meth:`begin_building`, queue the body's work through it (it is a
-        stream), then its :meth:`end_building`, all before this capture ends
-        (:meth:`end_building` refuses while a body is building). The body
-        holds what was captured as a child graph node. Work captured next here
-        follows the conditional node. Bodies take what CUDA allows there:
-        kernels, copies, fills, child graphs (no host callbacks, events or
-        memory nodes: the driver refuses them at the body's end, and
-        :meth:`callback` refuses before).
-
-        Steps: ``cuStreamCreate`` per body, then as :meth:`embed`
-        (``cuStreamGetCaptureInfo``, ``cuGraphAddNode``,
-        ``cuStreamUpdateCaptureDependencies``); when the last step fails the
-        whole capture is abandoned as for :meth:`embed`. On an earlier failure
-        :class:`~cuguard.errors.CUDAError` is raised and nothing is left (the
-        streams are destroyed again). Raises ``TypeError`` for another kind of
-        ``condition``, ``ValueError`` for a condition of another capture or one
-        used by a node already, ``RuntimeError`` when not building, before the
-        driver.
-        """
-        return self._conditional("if", condition, 1)[0]
-
-    def if_else(self, condition: GraphCondition) -> tuple[GraphBuilder, GraphBuilder]:
-        """Capture an if-else node; return the builders of its two bodies (then, else).
-
-        Arguments, steps and failures as in :meth:`if_then`.
-        """
-        then, other = self._conditional("if", condition, 2)
-        return then, other
-
-    def while_loop(self, condition: GraphCondition) -> GraphBuilder:
-        """Capture a while node (its body runs while ``condition`` is non-zero); return its body's builder.
-
-        A kernel in the body must set the condition to 0 to end the loop.
-        Arguments, steps and failures as in :meth:`if_then`.
-        """
-        return self._conditional("while", condition, 1)[0]
-
-    def switch(self, condition: GraphCondition, count: int) -> tuple[GraphBuilder, ...]:
-        """Capture a switch node with ``count`` bodies (body ``n`` runs when ``condition`` is ``n``).
-
-        Returns the bodies' builders. ``count`` must be an int of 1 or more
-        (``TypeError``/``ValueError`` before the driver); otherwise as
-        :meth:`if_then`.
-        """
-        return self._conditional("switch", condition, _conditional.conditional_size(count))
-
-    def _conditional(self, kind: str, condition: object, size: int) -> tuple[GraphBuilder, ...]:
-        if not isinstance(condition, GraphCondition):
-            raise wrong_kind("condition", "a GraphCondition", condition)
-        self._check_capturing("capture a conditional node")
-        self._not_in_body("conditional")
-        root = self._root_builder()
-        capture = root._capture
-        if capture is None or condition._graph is not capture:
-            raise ValueError(f"{condition!r} was not made by this capture's create_condition()")
-        capture._check_open()
-        _conditional.check_unused(condition)
-        context, device = self._context, self._stream._device
-        params = _conditional.node_params(kind, condition, size, context)
-        streams: list[Stream] = []
-        try:
-            for _ in range(size):
-                streams.append(Stream._make(call_in(context, _create_stream, _destroy_stream), context, device))
-            self._add_at_tail(
-                lambda graph, deps, count: _compat.add_node(graph, deps, count, params), "cuGraphAddNode", []
-            )
-        except BaseException as exc:
-            for stream in streams:
-                _close_noting(stream, exc)
-            raise
-        condition._node = _conditional.CAPTURED
-        made: list[GraphBuilder] = []
-        for stream, body in zip(streams, list(params.conditional.phGraph_out)[:size], strict=True):
-            builder = object.__new__(GraphBuilder)
-            builder._setup(stream, self._mode, None)
-            builder._parent = root
-            builder._body = body
-            root._bodies.append(weakref.ref(builder))  # its stream is closed when this capture ends
-            made.append(builder)
-        return tuple(made)
-
-    def _capture_tail(self) -> tuple[Any, list[Any]]:
-        """``(graph, dependencies)`` of the capture on this builder's stream (``cuStreamGetCaptureInfo``)."""
-        info = driver.cuStreamGetCaptureInfo(self._stream.handle)
-        err = info[0]
-        if err:
-            raise_status(err, "cuStreamGetCaptureInfo")
-        if int(info[1]) != 1:
-            raise CUDAError(_types().CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo")
-        return info[3], list(info[4] or [])[: int(info[-1])]
-
-    # --- forks ---
-
-    def split(self, count: int) -> tuple[GraphBuilder, ...]:
-        """Fork the capture: ``(self, fork, ...)``, ``count`` builders in all, each following the work so far.
-
-        Each fork captures on a new non-blocking stream of this builder's
-        context. Steps: ``cuStreamCreate`` per fork and one ``cuEventCreate``
-        (all made first), ``cuEventRecord`` here, then ``cuStreamWaitEvent`` per
-        fork (its stream joins the capture); the event is closed with the capture. Join the
-        forks back with :meth:`join` before :meth:`end_building` (otherwise it
-        fails with ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED``). The fork streams are
-        closed when the capture ends.
-
-        Raises ``TypeError``/``ValueError`` for a count that is not an int of 1
-        or more and ``RuntimeError`` when not building, before the driver. On a
-        driver refusal :class:`~cuguard.errors.CUDAError` is raised, no fork is
-        returned and the streams and the event made are destroyed again (G1),
-        except, for ``count`` above 2, the streams whose wait succeeded before
-        the one that failed: a stream that took part in a capture leaves it only
-        when the capture ends, so they are kept, take no further part (no work
-        follows their fork point, so the capture can still end) and are closed
-        with the capture.
-        """
-        count = int_argument("count", count, 1, UINT_LIMIT)
-        self._check_capturing("split")
-        if count == 1:
-            return (self,)
-        root = self._root_builder()
-        context, device = self._context, self._stream._device
-        streams: list[Stream] = []
-        event: Event | None = None
-        joined = 0
-        try:
-            for _ in range(count - 1):
-                streams.append(Stream._make(call_in(context, _create_stream, _destroy_stream), context, device))
-            event = Event._create(context, device, timing=False)
-            event.record(self._stream)
-            for stream in streams:
-                (err,) = driver.cuStreamWaitEvent(stream._handle, event._handle, 0)
-                if err:
-                    raise_status(err, "cuStreamWaitEvent")
-                joined += 1
-        except BaseException as exc:
-            for stream in streams[:joined]:
-                root._forks.append((weakref.ref(root), stream))  # in the capture now: closed when it ends
-                capture_joined(stream, root._owners)
-            for stream in streams[joined:]:
-                _close_noting(stream, exc)
-            if event is not None:
-                _close_noting(event, exc)
-            raise
-        root._events.append(event)  # closed when the capture ends
-        made: list[GraphBuilder] = [self]
-        for stream in streams:
-            fork = object.__new__(GraphBuilder)
-            fork._setup(stream, self._mode, root)
-            root._forks.append((weakref.ref(fork), stream))  # its stream is closed with the capture
-            capture_joined(stream, root._owners)  # what work captured on it uses belongs to the capture (G6)
-            made.append(fork)
-        return tuple(made)
-
-    def join(self, *forks: GraphBuilder) -> GraphBuilder:
-        """Make this builder's next work wait for everything ``forks`` captured; return this builder.
-
-        Per fork, in order: ``cuEventCreate``, ``cuEventRecord`` on the fork,
-        ``cuStreamWaitEvent`` here (the event is closed with the capture). A joined
-        fork takes no further part (its use raises ``RuntimeError``); its stream
-        is closed when the capture ends. Not all-or-nothing: when a join fails,
-        :class:`~cuguard.errors.CUDAError` is raised, the forks before it are
-        joined, and it and those after are not (they stay usable: join them
-        again, or end the capture, which fails with
-        ``CUDA_ERROR_STREAM_CAPTURE_UNJOINED`` when they captured work, and
-        closes them); the failed join's event is destroyed. Raises ``TypeError``
-        for something that is not a builder, ``ValueError`` for this builder
-        itself, a builder that is not an open fork of this capture, a fork given
-        twice or one joined already, before the driver.
-        """
-        for fork in forks:  # the arguments' kinds before the builder's state (E3)
-            if not isinstance(fork, GraphBuilder):
-                raise wrong_kind("forks", "GraphBuilders", fork)
-        self._check_capturing("join")
-        root = self._root_builder()
-        seen: set[int] = set()
-        for fork in forks:
-            if fork is self:
-                raise ValueError(f"{self!r} cannot join itself")
-            if fork._root is not root or fork._closed:
-                raise ValueError(f"{fork!r} is not an open fork of this capture")
-            if fork._joined or id(fork) in seen:
-                raise ValueError(f"{fork!r} is joined already (or given twice)")
-            seen.add(id(fork))
-        for fork in forks:
-            event = Event._create(self._context, self._stream._device, timing=False)
-            try:
-                event.record(fork._stream)
-                (err,) = driver.cuStreamWaitEvent(self._stream.handle, event._handle, 0)
-                if err:
-                    raise_status(err, "cuStreamWaitEvent")
-            except BaseException as exc:
-                _close_noting(event, exc)
-                raise
-            fork._joined = True
-            root._events.append(event)  # closed when the capture ends
-        return self
 
     # --- release ---
 
@@ -1110,19 +735,6 @@ class GraphBuilder(_Collected):
         self._definition = None  # collected by itself
 
 
-def _close_noting(resource: Stream | Event, exc: BaseException | None) -> BaseException | None:
-    """Close ``resource``; a failure becomes a note on ``exc``, or is returned when ``exc`` is None."""
-    try:
-        resource.close()
-    except CUDAError as failure:
-        if exc is None:
-            return failure
-        add_failure_note(exc, failure)
-    except ResourceClosedError:
-        pass  # closed already, or of an uninstalled driver: nothing of it is released here
-    return exc
-
-
 def _close_into(resource: Stream | Event | GraphDefinition, exc: BaseException | None) -> None:
     """Close ``resource``; a failure is a note on ``exc``, or a warning when nothing propagates (W1)."""
     try:
@@ -1134,16 +746,3 @@ def _close_into(resource: Stream | Event | GraphDefinition, exc: BaseException |
             report_error(failure, resource._handle, "it was leaked", context=resource._context)
     except ResourceClosedError:
         pass  # closed by its owner already, or of an uninstalled driver: nothing of it is released here
-
-
-def _create_stream() -> Any:
-    err, handle = driver.cuStreamCreate(_NON_BLOCKING)
-    if err:
-        raise_status(err, "cuStreamCreate")
-    return handle
-
-
-def _destroy_stream(handle: Any) -> None:
-    (err,) = driver.cuStreamDestroy(handle)
-    if err:
-        raise_status(err, "cuStreamDestroy")
