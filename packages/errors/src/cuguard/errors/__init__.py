@@ -17,7 +17,8 @@ Public surface:
   :func:`installed_driver`, :func:`active_driver`, :func:`real_driver`, :data:`RESTORE_CONTEXT`;
 - sticky faults (E5): :func:`first_sticky_fault`, :func:`forget_sticky_fault`, and fault
   attribution with :func:`attribute_faults` / ``CUGUARD_ATTRIBUTE_FAULTS=1``;
-- the release thread (O5): :func:`flush_deferred`.
+- the release thread (O5): :func:`flush_deferred`;
+- all-or-nothing operations of several steps (G1, G4): :class:`Transaction`.
 
 What the layers built on this one use beyond that (argument checks, ownership,
 locks, per-driver state) is :mod:`cuguard.errors.lowlevel`. Its names are also
@@ -85,6 +86,7 @@ from cuguard.errors._sticky import attribute_faults as attribute_faults
 from cuguard.errors._sticky import attributing as attributing
 from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
 from cuguard.errors._table import driver_entry as _driver_entry
+from cuguard.errors._transaction import Transaction as Transaction
 
 __all__ = [
     "RESTORE_CONTEXT",
@@ -99,6 +101,7 @@ __all__ = [
     "ResourceClosedError",
     "StickyCUDAError",
     "StickyFaultWarning",
+    "Transaction",
     "active_driver",
     "add_failure_note",
     "attribute_faults",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuguard.context import Context, call_in
-from cuguard.errors import CUDAError, add_failure_note, driver, raise_status
+from cuguard.errors import CUDAError, Transaction, driver, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.resources._memory import Buffer
 from cuguard.resources._memres import MemoryResource, check_device, stream_argument
@@ -95,27 +95,6 @@ class _Layout:
         self.physicals: list[tuple[Any, int]] = []  # physical allocations (handle, size), in address order
         self.maps: list[tuple[int, int]] = []  # mappings (address, size), oldest first
         self.mapped = 0  # bytes mapped contiguously at the buffer's address
-
-
-class _Undo:
-    """The undo steps of a multi-step operation, run in reverse order when a later step fails."""
-
-    __slots__ = ("steps",)
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[Any, tuple[Any, ...]]] = []
-
-    def add(self, fn: Any, *args: Any) -> None:
-        self.steps.append((fn, args))
-
-    def rollback(self, exc: BaseException) -> None:
-        """Undo every step, newest first; a failed undo is a note on ``exc`` (G4), the rest still run."""
-        for fn, args in reversed(self.steps):
-            try:
-                fn(*args)
-            except Exception as failure:  # noqa: BLE001 - attached to the propagating exception
-                add_failure_note(exc, failure)
-        self.steps.clear()
 
 
 # --- driver steps (run inside the device's context); each raises CUDAError naming its call ----
@@ -347,14 +326,14 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         return self._adopt(buffer, layout)
 
     def _build(self, total: int) -> _Layout:
-        undo = _Undo()
+        undo = Transaction()
         try:
             address = _reserve(total, self._align, 0)
-            undo.add(_address_free, address, total)
+            undo.append(_address_free, address, total)
             handle = _create(total, self._prop)
-            undo.add(_mem_release, handle)
+            undo.append(_mem_release, handle)
             _map(address, total, handle)
-            undo.add(_unmap, address, total)
+            undo.append(_unmap, address, total)
             _set_access(address, total, self._descs)
         except BaseException as exc:
             undo.rollback(exc)
@@ -416,12 +395,12 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
     def _grow(self, layout: _Layout, base: int, total: int) -> _Growth:
         needed = total - layout.mapped
         end = base + layout.mapped
-        undo = _Undo()
+        undo = Transaction()
         try:
             address = _reserve(needed, self._align, end)
             in_place = address == end
             if in_place:  # the addresses right after the buffer: grow there
-                undo.add(_address_free, address, needed)
+                undo.append(_address_free, address, needed)
                 growth = _Growth(base)
                 growth.ranges.append((address, needed))
                 start, offset = end, 0
@@ -432,20 +411,20 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
                     exc.add_note(f"the address range {address:#x} of {needed} bytes reserved for the growth was leaked")
                     raise
                 start = _reserve(total, self._align, 0)
-                undo.add(_address_free, start, total)
+                undo.append(_address_free, start, total)
                 growth = _Growth(start)
                 growth.ranges.append((start, total))
                 offset = 0
                 for old, size in layout.physicals:
                     _map(start + offset, size, old)
-                    undo.add(_unmap, start + offset, size)
+                    undo.append(_unmap, start + offset, size)
                     growth.maps.append((start + offset, size))
                     offset += size
             handle = _create(needed, self._prop)
-            undo.add(_mem_release, handle)
+            undo.append(_mem_release, handle)
             new_map = (start + offset, needed)
             _map(*new_map, handle)
-            undo.add(_unmap, *new_map)
+            undo.append(_unmap, *new_map)
             if in_place:
                 _set_access(start, needed, self._descs)
             else:

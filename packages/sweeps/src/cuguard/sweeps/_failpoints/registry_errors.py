@@ -58,6 +58,16 @@ NO_DRIVER_CALL_ERRORS: dict[str, str] = {
     "errors.defer": "queues work for cuguard's release thread; makes no driver call itself",
     "errors.deferred_count": "reads a counter of the release thread: no driver call",
     "errors.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
+    **dict.fromkeys(
+        (
+            "errors.Transaction()",
+            "errors.Transaction.append",
+            "errors.Transaction.commit",
+            "errors.Transaction.pending",
+            "errors.Transaction.rollback",
+        ),
+        "an undo helper: runs the caller's undo steps, makes no driver call of its own",
+    ),
     "errors.deferring_lock": "makes a lock for cuguard's own bookkeeping: no driver call",
     "errors.collection_deferred": "reads a thread-local counter: no driver call",
     **{

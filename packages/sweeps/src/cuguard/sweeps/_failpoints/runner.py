@@ -56,7 +56,7 @@ from cuguard.errors import (
     install_driver,
     real_driver,
 )
-from cuguard.errors.lowlevel import defer
+from cuguard.errors.lowlevel import DRIVER_FACTS, calls_where, defer
 from cuguard.sweeps._failpoints import registry
 from cuguard.sweeps._failpoints.registry import Env, Scenario
 from cuguard.testing import DriverCall, FaultPlan, FaultProxy, SimulatedCrash, SimulatedDriver
@@ -99,7 +99,7 @@ CONTEXTS = ("none", "other")
 DRIVERS = ("sim", "real", "sim-persistent")
 #: CU_STREAM_CAPTURE_MODE_GLOBAL: a thread's capture mode until it exchanges it.
 _DEFAULT_CAPTURE_MODE = 0
-_DEINIT_EXEMPT = frozenset({"cuGetErrorName", "cuGetErrorString"})
+_DEINIT_EXEMPT = calls_where(callback_safe=True)
 
 
 @dataclass(frozen=True)
@@ -836,25 +836,7 @@ def _release_case(case: _Case) -> None:
         _report_misuse(case.add, sim.changes_since(snapshot_end), " while releasing the objects afterwards")
 
 
-_RELEASE_CALLS = frozenset(
-    {
-        "cuStreamDestroy",
-        "cuEventDestroy",
-        "cuMemFree",
-        "cuMemFreeAsync",
-        "cuMemFreeHost",
-        "cuModuleUnload",
-        "cuGraphDestroy",
-        "cuGraphExecDestroy",
-        "cuCtxDestroy",
-        "cuDevicePrimaryCtxRelease",
-        "cuUserObjectRelease",
-        "cuMemUnmap",
-        "cuMemRelease",
-        "cuMemAddressFree",
-        "cuMemPoolDestroy",
-    }
-)
+_RELEASE_CALLS = frozenset(name for name, fact in DRIVER_FACTS.items() if fact.releases is not None)
 
 
 #: What a capture holds: leaked with it when the driver refuses to end the capture (W5).

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cuguard.errors import CUDAError
+from cuguard.errors.lowlevel import DRIVER_FACTS, calls_where
 from cuguard.sweeps._misuse.choices import coin, pick
 
 if TYPE_CHECKING:
@@ -70,55 +71,17 @@ _STATUS_NAMES = (
 )
 
 #: Work queued on a stream the user gave: on a capturing stream CUDA captures it or refuses it (its rules).
-QUEUED = frozenset(
-    {
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "cuLaunchHostFunc",
-        "cuMemcpyAsync",
-        "cuMemcpyHtoDAsync",
-        "cuMemcpyDtoHAsync",
-        "cuMemcpyDtoDAsync",
-        "cuMemsetD8Async",
-        "cuMemsetD16Async",
-        "cuMemsetD32Async",
-        "cuEventRecord",
-        "cuEventRecordWithFlags",
-        "cuStreamWaitEvent",
-        "cuGraphLaunch",
-        "cuGraphUpload",
-        "cuMemAllocAsync",
-        "cuMemAllocFromPoolAsync",
-        "cuMemPrefetchAsync",
-        "cuMemPrefetchAsync_v2",
-        "cuStreamBeginCapture",
-        "cuStreamBeginCaptureToGraph",
-        "cuStreamEndCapture",
-        "cuStreamGetCaptureInfo",
-        "cuStreamUpdateCaptureDependencies",
-    }
-)
+QUEUED = calls_where(queues=True)
 #: Waiting and asking: refused on a capturing stream, and during captures of the context (cuCtxSynchronize).
-SYNCS = frozenset({"cuStreamSynchronize", "cuStreamQuery", "cuEventSynchronize", "cuEventQuery", "cuCtxSynchronize"})
+SYNCS = calls_where(waits=True)
 #: Potentially unsafe calls a thread's capture mode may prohibit: allocations and synchronous copies and sets.
 UNSAFE = frozenset(
-    {
-        "cuMemAlloc",
-        "cuMemAllocHost",
-        "cuMemHostAlloc",
-        "cuMemAllocManaged",
-        "cuMemAllocPitch",
-        "cuMemcpy",
-        "cuMemcpyHtoD",
-        "cuMemcpyDtoH",
-        "cuMemcpyDtoD",
-        "cuMemsetD8",
-        "cuMemsetD16",
-        "cuMemsetD32",
-    }
+    name
+    for name in calls_where(capture_unsafe=True)
+    if DRIVER_FACTS[name].transfers or DRIVER_FACTS[name].creates in {"device_memory", "host_memory"}
 )
 #: Destroying a stream (or context) that takes part in a capture ends or invalidates it: the user's call.
-DESTROYS = frozenset({"cuStreamDestroy", "cuCtxDestroy"})
+DESTROYS = calls_where(releases="stream") | calls_where(releases="context")
 
 #: Operations whose requested work is to wait for or ask about streams, events or contexts.
 SYNC_OPS = frozenset(

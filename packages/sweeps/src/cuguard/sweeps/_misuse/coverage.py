@@ -53,6 +53,8 @@ _IPC_OTHER_PROCESS = (
 COVERAGE: dict[str, str] = {
     # --- errors ---
     **_rows("op:errors.CUDAError", "errors.CUDAError()", "errors.CUDAError.is_sticky"),
+    **_rows("op:errors.Transaction.append", "errors.Transaction()", "errors.Transaction.pending"),
+    "errors.Transaction.rollback": "op:errors.Transaction.commit",
     **_rows(
         _EXCEPTIONS,
         "errors.CUDADriverNotFoundError()",
@@ -104,6 +106,12 @@ COVERAGE: dict[str, str] = {
         "resources.capture_left",
         "resources.waiting_count",
         "resources.graph_let_go",
+    ),
+    **_rows(
+        "the table of driver facts and its views: data read at import, no driver call, nothing to misuse",
+        "errors.DriverFact()",
+        "errors.DriverFact.sticky_exempt",
+        "errors.calls_where",
     ),
     **_rows(
         "registers a process-wide hook or observer for the life of the process; calling it would change every "
