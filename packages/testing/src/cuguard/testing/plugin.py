@@ -44,7 +44,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -100,6 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not any("CUDAWarning" in line for line in own):
         config.addinivalue_line("filterwarnings", "error::cuguard.errors.CUDAWarning")
     config.stash[_RESULTS_KEY] = {}
+    config.pluginmanager.register(_ClauseCounter(config.stash[_RESULTS_KEY]), "cuguard-contract-clauses")
     chosen = config.getoption("--cuguard-driver")
     if chosen is not None:
         given = os.environ.get(DRIVER_VARIABLE, "").strip().lower()
@@ -369,10 +370,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     names = getattr(item, "fixturenames", ())
     real = "cuguard_driver" in names and "sim" not in names
     driver_kind = _driver_name(item.config) if real else "sim"
-    results = item.config.stash[_RESULTS_KEY]
-    for clause in marker.args:
-        counts = results.setdefault((str(clause), driver_kind), {"passed": 0, "failed": 0, "skipped": 0})
-        counts[final] = counts.get(final, 0) + 1
+    # Carried by the report, so that the process that prints the summary counts it: this one, or
+    # with pytest-xdist the controlling process its workers send their reports to.
+    report.user_properties.append((_CLAUSES_PROPERTY, ([str(c) for c in marker.args], driver_kind, final)))
+
+
+_CLAUSES_PROPERTY = "cuguard_contract_clauses"
+
+
+class _ClauseCounter:
+    """Counts each test's contract clauses from its teardown report (see pytest_runtest_makereport)."""
+
+    def __init__(self, results: dict[tuple[str, str], dict[str, int]]) -> None:
+        self.results = results
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name != _CLAUSES_PROPERTY:
+                continue
+            clauses, driver_kind, final = cast("tuple[list[str], str, str]", value)
+            for clause in clauses:
+                counts = self.results.setdefault((clause, driver_kind), {"passed": 0, "failed": 0, "skipped": 0})
+                counts[final] = counts.get(final, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
