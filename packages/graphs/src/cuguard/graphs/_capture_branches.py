@@ -14,7 +14,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from cuguard.context import call_in
-from cuguard.errors import CUDAError, ResourceClosedError, add_failure_note, driver, raise_status
+from cuguard.errors import CUDAError, ResourceClosedError, Transaction, add_failure_note, driver, raise_status
 from cuguard.errors.lowlevel import UINT_LIMIT, int_argument, wrong_kind
 from cuguard.graphs import _compat, _conditional
 from cuguard.graphs._capture_work import CapturedWork
@@ -139,15 +139,16 @@ class CaptureBranches(CapturedWork):
         context, device = self._context, self._stream._device
         params = _conditional.node_params(kind, condition, size, context)
         streams: list[Stream] = []
+        undo = Transaction()  # the bodies' streams are closed again if the node cannot be added (G1, G4)
         try:
             for _ in range(size):
                 streams.append(Stream._make(call_in(context, _create_stream, _destroy_stream), context, device))
+                undo.append(streams[-1].close)
             self._add_at_tail(
                 lambda graph, deps, count: _compat.add_node(graph, deps, count, params), "cuGraphAddNode", []
             )
         except BaseException as exc:
-            for stream in streams:
-                _close_noting(stream, exc)
+            undo.rollback(exc)
             raise
         condition._node = _conditional.CAPTURED
         from cuguard.graphs._capture import GraphBuilder  # it imports this module
