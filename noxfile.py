@@ -1,6 +1,9 @@
 """Every check of cuguard, one nox session each.
 
-``nox`` runs the default sessions (what ``.ci/run`` runs); ``nox -l`` lists them all.
+``nox`` runs the default sessions: every check, with each package's tests and the contract suite
+on the default cuda-bindings major (13), the test suites on every core (pytest-xdist). ``nox -t long``
+runs the rest: the same tests and contract suite on the other major (12.9.x) and the compiled fast
+path's session. ``.ci/run`` runs both. ``nox -l`` lists them all (``[long]`` marks the tagged ones).
 
 Sessions
 --------
@@ -11,8 +14,9 @@ Sessions
   ``pyproject.toml``) and cuda-bindings major (12.9.x and 13.x, :data:`BINDINGS`), in a
   fresh environment holding only that package, the cuguard layers it depends on,
   cuguard-testing (once it exists), the test tools and, where the resources layer is
-  installed, that major's NVRTC and nvJitLink; runs that package's ``tests/``. The
-  simulated driver follows the signatures of the installed cuda-bindings.
+  installed, that major's NVRTC and nvJitLink; runs that package's ``tests/`` on every core.
+  The simulated driver follows the signatures of the installed cuda-bindings. The sessions
+  of the other major and the fast path's are tagged ``long``.
 - ``demo``: runs the README's tour (``examples/tour.py``) with the runtime layers and
   cuguard-testing installed; with no GPU it runs on the simulated driver.
 - ``differential(cuda<major>)``: runs the simulator-versus-driver scenarios
@@ -51,7 +55,8 @@ Sessions
 
 Adding a session (``docs``, ``demo``...): write it below the others
 with ``@nox.session``, reuse ``_install_local`` to install the layers it needs, and add
-its name to ``DEFAULT_SESSIONS`` if ``.ci/run`` must run it.
+its name to ``DEFAULT_SESSIONS`` if the default run must run it (keep that run within about
+15 minutes on two cores), or tag it ``long`` (``.ci/run`` runs those too).
 
 Arguments after ``--`` go to the session's main tool (pytest, mypy, ruff check).
 """
@@ -75,28 +80,19 @@ nox.options.error_on_external_run = True
 ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
 
-# What the default run (`nox`, and so `.ci/run`) runs, in this order.
-DEFAULT_SESSIONS = [
-    "lint",
-    "typecheck",
-    "tests",
-    "contract",
-    "demo",
-    "differential",
-    "sweep",
-    "gcsweep",
-    "misuse",
-    "docs",
-    "build",
-    "install",
-]
-nox.options.sessions = DEFAULT_SESSIONS
+# What the default run (`nox`) runs, in this order: every check, each package's tests and the contract
+# suite with the default cuda-bindings major (DEFAULT_BINDINGS_MAJOR, below). The other major's test and
+# contract sessions and the compiled fast path's session are tagged "long": `nox -t long` runs them, and
+# `.ci/run` runs both.
+LONG_TAG = "long"
 
 # Tool versions are pinned so that a new release of a checker cannot break a clean tree.
 RUFF = "ruff==0.17.6"
 MYPY = "mypy==2.4.1"
 IMPORT_LINTER = "import-linter==2.17"
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "numpy>=1.26"]
+TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6", "numpy>=1.26"]
+# The test suites run on every core (one pytest-xdist worker each; a module's tests stay on one worker).
+PARALLEL = ["-n", "auto", "--dist", "loadfile"]
 DOCS_TOOLS = ["sphinx==9.0.4", "myst-parser==5.2.0"]
 
 # cuda-bindings majors: every package's tests, the contract suite and the differential scenarios
@@ -177,6 +173,22 @@ def _discover() -> dict[str, Package]:
 PACKAGES = _discover()
 BY_LAYER = {package.layer: package for package in PACKAGES.values()}
 
+DEFAULT_SESSIONS = [
+    "lint",
+    "typecheck",
+    *(f"tests({p.layer}-cuda{DEFAULT_BINDINGS_MAJOR})" for p in PACKAGES.values() if p.dist != FASTPATH_DIST),
+    f"contract(cuda{DEFAULT_BINDINGS_MAJOR})",
+    "demo",
+    "differential",
+    "sweep",
+    "gcsweep",
+    "misuse",
+    "docs",
+    "build",
+    "install",
+]
+nox.options.sessions = DEFAULT_SESSIONS
+
 
 def _closure(dists: list[str]) -> list[Package]:
     """The packages named and every cuguard package they depend on, dependencies first."""
@@ -200,17 +212,26 @@ def _install_local(session: nox.Session, packages: list[Package], *extra: str, d
     session.install(*([] if deps else ["--no-deps"]), *editables, *extra)
 
 
+def _tags(major: int, dist: str = "") -> list[str]:
+    """``["long"]`` for a session outside the default run: another major than the default, the fast path."""
+    return [LONG_TAG] if major != DEFAULT_BINDINGS_MAJOR or dist == FASTPATH_DIST else []
+
+
 def _test_params() -> list[object]:
     params: list[object] = []
     for package in PACKAGES.values():
         # The fast path's C entry points are checked against one major's signatures: one session.
         majors = [DEFAULT_BINDINGS_MAJOR] if package.dist == FASTPATH_DIST else sorted(BINDINGS)
-        params.extend(nox.param(package.layer, major, id=f"{package.layer}-cuda{major}") for major in majors)
+        params.extend(
+            nox.param(package.layer, major, id=f"{package.layer}-cuda{major}", tags=_tags(major, package.dist))
+            for major in majors
+        )
     return params
 
 
-def _major_params() -> list[object]:
-    return [nox.param(major, id=f"cuda{major}") for major in sorted(BINDINGS)]
+def _major_params(long_other: bool = True) -> list[object]:
+    """One param per cuda-bindings major; with ``long_other`` the other major's is tagged ``long``."""
+    return [nox.param(major, id=f"cuda{major}", tags=_tags(major) if long_other else []) for major in sorted(BINDINGS)]
 
 
 @nox.session
@@ -242,7 +263,7 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
     _install_local(session, installed, BINDINGS[bindings], *compilers, *TEST_TOOLS)
     session.run("python", "-c", "import cuda.bindings; print('cuda-bindings', cuda.bindings.__version__)")
     session.chdir(package.path)
-    session.run("pytest", "tests", *session.posargs)
+    session.run("pytest", *PARALLEL, "tests", *session.posargs)
 
 
 def _fastpath_tests(session: nox.Session, package: Package, bindings: int) -> None:
@@ -252,10 +273,10 @@ def _fastpath_tests(session: nox.Session, package: Package, bindings: int) -> No
     session.run("python", "-c", "import cuguard.fastpath as f; print('cuguard.fastpath:', f.status())")
     session.chdir(package.path)
     # Required here: a fast path that is off fails its tests instead of skipping them.
-    session.run("pytest", "tests", *session.posargs, env={"CUGUARD_FASTPATH_REQUIRED": "1"})
+    session.run("pytest", *PARALLEL, "tests", *session.posargs, env={"CUGUARD_FASTPATH_REQUIRED": "1"})
     for layer in ("context", "resources", "graphs"):
         session.chdir(BY_LAYER[layer].path)
-        session.run("pytest", "-q", "tests", *session.posargs)
+        session.run("pytest", "-q", *PARALLEL, "tests", *session.posargs)
 
 
 def _contract_modules(config: dict[str, object]) -> set[str]:
@@ -358,7 +379,7 @@ def racecheck(session: nox.Session) -> None:
 
 
 @nox.session
-@nox.parametrize("bindings", _major_params())
+@nox.parametrize("bindings", _major_params(long_other=False))
 def differential(session: nox.Session, bindings: int) -> None:
     """The differential scenarios with one cuda-bindings major, on the simulator against the H200's recorded answers.
 
@@ -401,15 +422,14 @@ def sweep(session: nox.Session) -> None:
 def gcsweep(session: nox.Session) -> None:
     """The garbage-collection point sweep (contract B6) on the simulated driver, one table per layer.
 
-    First the sweep's own tests (a planted hang and leak it must find), then ``scripts/gcsweep``
-    (its cases in one process per CPU core) with :data:`GC_SWEEP_SAMPLE`; the JSON goes to the
-    session's tmp directory. Arguments after ``--`` go to the sweep, after the sample: ``-- --full``
-    for every case, ``-- --sample 300 --seed 3`` for another sample, ``-- --match Stream`` for some
-    operations. Fails on any violation or hang.
+    Runs ``scripts/gcsweep`` (its cases in one process per CPU core) with :data:`GC_SWEEP_SAMPLE`;
+    the JSON goes to the session's tmp directory (the sweep's own tests, a planted hang and leak it
+    must find, run in the sweeps package's test sessions). Arguments after ``--`` go to the sweep,
+    after the sample: ``-- --full`` for every case, ``-- --sample 300 --seed 3`` for another sample,
+    ``-- --match Stream`` for some operations. Fails on any violation or hang.
     """
     wanted = [SWEEPS_DIST]
     _install_local(session, _closure(wanted), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
-    session.run("pytest", "-q", str(BY_LAYER["sweeps"].path / "tests" / "test_gc_sweep.py"))
     tmp = Path(session.create_tmp()).resolve()
     tmp.mkdir(parents=True, exist_ok=True)
     args = [*GC_SWEEP_SAMPLE, *session.posargs]
@@ -423,8 +443,8 @@ def misuse(session: nox.Session) -> None:
     """The misuse sweep (contract B6) on the simulated driver, bounded and derandomized.
 
     Runs ``scripts/misuse`` with :data:`MISUSE_BUDGET` (the same examples every run; the
-    JSON goes to the session's tmp directory), then the sweep's own tests (a small sweep,
-    and planted defects it must find). Arguments after ``--`` go to ``scripts/misuse``
+    JSON goes to the session's tmp directory); the sweep's own tests (a small sweep, and planted
+    defects it must find) run in the sweeps package's test sessions. Arguments after ``--`` go to ``scripts/misuse``
     (``-- --examples 1000 --steps 80 --seed 7`` for a longer seeded run, ``-- --shrink`` to
     stop at the first failing example and shrink it). Fails on any violation.
     """
@@ -445,9 +465,8 @@ def misuse(session: nox.Session) -> None:
         out = Path(args[args.index("--json") + 1])
     else:
         args += ["--json", str(out)]
-    # The sweep first (its table and reproducers are the report), then its own tests, then the verdict.
+    # The sweep (its table and reproducers are the report), then the verdict.
     session.run("python", str(ROOT / "scripts" / "misuse"), "--quiet", *args, success_codes=[0, 1])
-    session.run("pytest", "-q", str(BY_LAYER["sweeps"].path / "tests" / "test_misuse.py"))
     found = json.loads(out.read_text("utf-8"))
     if found["violations"] or found["crashes"]:
         session.error(f"the misuse sweep found {found['violations']} violation(s) and {found['crashes']} crash(es)")
@@ -481,7 +500,7 @@ def contract(session: nox.Session, bindings: int) -> None:
         "print('cuguard', m.version('cuguard'), 'requires', ', '.join(m.requires('cuguard') or []))",
     )
     session.chdir(ROOT)
-    session.run("pytest", "tests", *session.posargs)
+    session.run("pytest", *PARALLEL, "tests", *session.posargs)
 
 
 @nox.session
