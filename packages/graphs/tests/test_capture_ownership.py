@@ -411,3 +411,39 @@ def test_a_foreign_stream_whose_capture_was_invalidated_is_still_wrapped(dev: De
         first.close()
     finally:
         driver.cuStreamDestroy(raw)
+
+
+@pytest.mark.contract("G6", "W5")
+@pytest.mark.parametrize("how", ["close", "collect"])
+def test_a_capture_that_could_not_be_ended_holds_releases_back_until_its_stream_is_destroyed(
+    cuguard_driver: Any, dev: Device, how: str
+) -> None:
+    from cuguard.errors import CUDAError
+    from cuguard.resources.lowlevel import waiting_count
+    from cuguard.testing import inject
+
+    stream = dev.create_stream()
+    closed_stream = dev.create_stream()
+    buf = dev.allocate(16, closed_stream)
+    closed_stream.sync()
+    closed_stream.close()  # the buffer's free now needs cuCtxSynchronize
+    handle = int(buf._handle)
+    builder = GraphBuilder(stream).begin_building()
+    with inject("cuStreamEndCapture", 999, nth=1), pytest.raises(CUDAError, match="cuStreamEndCapture"):
+        builder.close()  # the capture goes on in the driver: it stays counted (G6)
+    with record_calls() as log:
+        del buf
+        gc.collect()
+    assert "cuCtxSynchronize" not in [c.name for c in log]  # it would break the capture: the free waits
+    assert waiting_count() == 1
+    with record_calls() as log:
+        if how == "close":
+            stream.close()  # the driver ends the capture with its stream: the free runs now
+        else:
+            del stream, builder
+            gc.collect()  # the same when the stream is collected: the free runs at the collection's end
+    assert "cuStreamDestroy" in [c.name for c in log]
+    assert "cuCtxSynchronize" in [c.name for c in log]
+    assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
+    assert waiting_count() == 0
+    assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)

@@ -66,6 +66,7 @@ __all__ = [
     "may_capture",
     "release_waiting",
     "retain",
+    "stream_destroyed",
     "split_written",
     "stream_capturing",
     "used_by_capture",
@@ -259,8 +260,29 @@ def capture_ended(stream: Stream) -> None:
     Call it once per :func:`capture_began`; a stream of a driver that is no
     longer installed is only forgotten.
     """
+    _forget(stream)
+    release_waiting()
+
+
+def stream_destroyed(stream: Stream) -> bool:
+    """cuguard destroyed ``stream``: a capture still counted on it is over (the driver ends it with its stream).
+
+    For a capture that could not be ended (its ``cuStreamEndCapture`` was
+    refused, so it stayed counted for good, G6): once its stream is gone, the
+    releases that waited for it may run. Returns whether one was counted; the
+    releases themselves run at the next :func:`release_waiting`. Never fails.
+    """
     with _lock:
-        key = _began.pop(int(stream._handle), None) or _key(stream._context)
+        counted = int(stream._handle) in _began
+    if counted:
+        _forget(stream)
+    return counted
+
+
+def _forget(stream: Stream) -> None:
+    """Forget the capture counted on ``stream`` (its count, its owner tables); once per capture_began."""
+    with _lock:
+        key = _began.pop(int(stream._handle), None)
         owners = _tables.pop(int(stream._handle), None)
         if owners is not None:
             # The forks' streams captured for the same capture (one shared table): it is over for them too,
@@ -268,12 +290,13 @@ def capture_ended(stream: Stream) -> None:
             for handle in [h for h, table in _tables.items() if table is owners]:
                 del _tables[handle]
         _ended[0] += 1
+        if key is None:
+            return  # forgotten already (its stream was destroyed first): counted down once only
         count = _counts.get(key, 0) - 1
         if count > 0:
             _counts[key] = count
         else:
             _counts.pop(key, None)
-    release_waiting()
 
 
 def captured_into(stream: Stream) -> dict[int, object] | None:

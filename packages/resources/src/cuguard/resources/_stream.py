@@ -172,6 +172,8 @@ class Stream(Resource):
             return
         if err:
             self._release_failed(err, "cuStreamDestroy")
+        elif self._may_capture and _captures._began and _captures.stream_destroyed(self):
+            _captures.release_waiting()  # a capture that could not be ended went with its stream
 
     @classmethod
     def wrap(cls, obj: Any, context: Context) -> Stream:
@@ -213,6 +215,8 @@ class Stream(Resource):
     def _release(self, raising: bool) -> tuple[Any, str]:
         # The driver destroys a stream whatever context is current.
         (err,) = driver.cuStreamDestroy(self._handle)
+        if not err and self._may_capture and _captures._began:
+            _captures.stream_destroyed(self)  # the waiting releases run at the end of the collection
         return err, "cuStreamDestroy"
 
     @property
