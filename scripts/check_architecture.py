@@ -8,10 +8,9 @@
    ``importlib.import_module("...")`` (no string naming such a module at all). What a layer offers the layers above
    beyond its user API is its ``lowlevel`` module (``cuguard.errors.lowlevel``,
    ``cuguard.context.lowlevel``, ``cuguard.resources.lowlevel``).
-2. **No deprecated aliases inside.** The names that moved from
-   ``cuguard.errors`` to ``cuguard.errors.lowlevel`` are imported from there by
-   cuguard's own code (the aliases in ``cuguard.errors`` are for users, for one
-   release).
+2. **No deprecated aliases inside.** The names of ``cuguard.errors.lowlevel``
+   are imported from there by cuguard's own code (the aliases some of them
+   keep in ``cuguard.errors`` are for users, for one release).
 3. **Declared Context fields.** Outside ``cuguard.context``, a private
    attribute read on a context object (an expression named ``context``,
    ``ctx``, ``_context`` or ending in ``.context``/``._context``) is one of
@@ -28,36 +27,6 @@ import re
 import sys
 from pathlib import Path
 
-#: Names that left ``cuguard.errors.__all__`` for ``cuguard.errors.lowlevel``.
-MOVED_FROM_ERRORS = frozenset(
-    {
-        "DRIVER_VARIABLE",
-        "INT_LIMIT",
-        "SIZE_LIMIT",
-        "UINT_LIMIT",
-        "Unique",
-        "attributing",
-        "collection_deferred",
-        "defer",
-        "default_driver_choice",
-        "deferred_count",
-        "deferring_lock",
-        "driver_state",
-        "enter_driver_callback",
-        "exit_driver_callback",
-        "forget_driver",
-        "in_driver_callback",
-        "int_argument",
-        "is_driver_status",
-        "is_integer",
-        "on_driver_change",
-        "out_of_range",
-        "refuse_construction",
-        "status_argument",
-        "wrong_kind",
-    }
-)
-
 _CONTEXT_NAMES = frozenset({"context", "ctx", "_context"})
 _MODULE_PATH = re.compile(r"cuguard(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
@@ -70,6 +39,15 @@ def _package_of(module: str) -> str | None:
 
 def _private(module: str) -> bool:
     return any(part.startswith("_") for part in module.split(".")[2:])
+
+
+def _lowlevel_names(root: Path) -> frozenset[str]:
+    """``cuguard.errors.lowlevel.__all__``, read from its source: names cuguard's own code imports from there."""
+    source = root / "packages" / "errors" / "src" / "cuguard" / "errors" / "lowlevel.py"
+    for node in ast.walk(ast.parse(source.read_text("utf-8"))):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return frozenset(c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant))
+    raise SystemExit(f"{source}: no __all__")
 
 
 def _context_fields(root: Path) -> frozenset[str]:
@@ -96,7 +74,7 @@ def _owner(path: Path) -> str:
     return parts[len(parts) - 1 - parts[::-1].index("cuguard") + 1]
 
 
-def check_file(package: str, path: Path, fields: frozenset[str]) -> list[str]:
+def check_file(package: str, path: Path, fields: frozenset[str], lowlevel: frozenset[str]) -> list[str]:
     """The findings in one module of ``package``."""
     found: list[str] = []
     tree = ast.parse(path.read_text("utf-8"))
@@ -116,7 +94,7 @@ def check_file(package: str, path: Path, fields: frozenset[str]) -> list[str]:
             for alias in node.names:
                 if alias.name.startswith("_"):
                     report(node, f"imports {alias.name} from {node.module}, a private name of cuguard.{target}")
-                elif node.module == "cuguard.errors" and alias.name in MOVED_FROM_ERRORS:
+                elif node.module == "cuguard.errors" and alias.name in lowlevel:
                     report(node, f"imports {alias.name} from cuguard.errors: import it from cuguard.errors.lowlevel")
         elif isinstance(node, ast.Import):
             for alias in node.names:
@@ -154,10 +132,10 @@ def check_file(package: str, path: Path, fields: frozenset[str]) -> list[str]:
 
 def check(root: Path) -> list[str]:
     """Every finding in the repository at ``root``."""
-    fields = _context_fields(root)
+    fields, lowlevel = _context_fields(root), _lowlevel_names(root)
     found: list[str] = []
     for path in sorted((root / "packages").glob("*/src/cuguard/*/**/*.py")):
-        found += check_file(_owner(path), path, fields)
+        found += check_file(_owner(path), path, fields, lowlevel)
     return found
 
 

@@ -32,11 +32,11 @@ def test_no_module_reaches_into_another_package() -> None:
 
 
 def _tree(tmp_path: Path, package: str, source: str) -> Path:
-    """A repository of the real context layer's interface and one module of ``package`` with ``source``."""
-    fields = ROOT / "packages" / "context" / "src" / "cuguard" / "context" / "lowlevel.py"
-    target = tmp_path / "packages" / "context" / "src" / "cuguard" / "context" / "lowlevel.py"
-    target.parent.mkdir(parents=True)
-    target.write_text(fields.read_text("utf-8"), "utf-8")
+    """A repository of the real layers' interfaces (errors, context) and one module of ``package`` with ``source``."""
+    for layer in ("errors", "context"):
+        interface = Path("packages") / layer / "src" / "cuguard" / layer / "lowlevel.py"
+        (tmp_path / interface).parent.mkdir(parents=True)
+        (tmp_path / interface).write_text((ROOT / interface).read_text("utf-8"), "utf-8")
     module = tmp_path / "packages" / package / "src" / "cuguard" / package / "_mod.py"
     module.parent.mkdir(parents=True, exist_ok=True)
     module.write_text(source, "utf-8")
