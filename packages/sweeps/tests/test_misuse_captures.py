@@ -110,8 +110,8 @@ def test_an_operation_named_outside_the_scheme_is_named() -> None:
 
 @pytest.mark.contract("B6", "G6")
 def test_a_seeded_run_has_captures_in_every_mode_on_own_and_foreign_streams_from_both_threads() -> None:
-    # What a seed explores depends on the catalog: this one reaches each situation at least 17 times now.
-    result = run_misuse_sweep(examples=12, steps=40, engine="random", seed=2)
+    # What a seed explores depends on the catalog: this one reaches every situation with the catalog of now.
+    result = run_misuse_sweep(examples=12, steps=40, engine="random", seed=4)
     reached = {key: result.exercised.get(key, 0) for key in captures.exercised_keys()}
     assert len(reached) == 12  # 3 modes x own/foreign stream x main/second thread
     assert all(count > 0 for count in reached.values()), reached

@@ -21,17 +21,6 @@ from cuguard.sweeps._misuse.ops_base import (
 __all__ = ["errors_ops"]
 
 
-def _transaction(E: SimpleNamespace, undo: object, commit: bool) -> int:
-    """A Transaction given ``undo`` as a step, then committed or rolled back; how many steps are left."""
-    transaction = E.Transaction()
-    transaction.append(undo)
-    if commit:
-        transaction.commit()
-    transaction.rollback()
-    pending: int = transaction.pending
-    return pending
-
-
 def errors_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
     """The errors layer's status helpers, argument checks and release-thread helpers."""
     E, G = L.errors, L.graphs
@@ -71,10 +60,6 @@ def errors_ops(L: SimpleNamespace, image: Callable[[], bytes]) -> list[Op]:
         _v("value", None, 5, "x", lambda: Opaque()),  # noqa: PLW0108 - a fresh object per draw
     )
     add("errors.internal_error", None, E.internal_error, _v("detail", "an invariant", "", None, good=2))
-    # an undo helper: its steps are the caller's (a callable; anything else is refused, E3)
-    steps = _v("undo", lambda: lambda: None, None, 5, "x", good=1)
-    add("errors.Transaction.append", None, lambda undo: _transaction(E, undo, False), steps)
-    add("errors.Transaction.commit", None, lambda undo: _transaction(E, undo, True), steps)
     add("errors.attributing", None, E.attributing)
     add("errors.collection_deferred", None, E.collection_deferred)
     # a collection while a cuguard lock is held: what it makes due goes to the release thread (S2, O5)
