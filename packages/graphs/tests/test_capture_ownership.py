@@ -447,3 +447,26 @@ def test_a_capture_that_could_not_be_ended_holds_releases_back_until_its_stream_
     assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
     assert waiting_count() == 0
     assert not _live(cuguard_driver, handle) or not isinstance(cuguard_driver, SimulatedDriver)
+
+
+@pytest.mark.contract("G6", "O6")
+def test_collected_virtual_memory_with_an_open_stream_waits_for_a_capture_of_its_context(
+    cuguard_driver: Any, dev: Device, stream: Stream
+) -> None:
+    # Its free unmaps after cuCtxSynchronize, whatever stream it was allocated on: refused during a capture.
+    from cuguard.resources import VirtualMemoryResource
+
+    other = dev.create_stream()
+    buf = VirtualMemoryResource(dev).allocate(4096, other)
+    builder = GraphBuilder(stream).begin_building()
+    with record_calls() as log:
+        del buf
+        gc.collect()
+    assert "cuCtxSynchronize" not in [c.name for c in log]  # it would break the capture: the free waits
+    assert builder.status == "active"
+    with record_calls() as log:
+        builder.end_building()
+    assert "cuCtxSynchronize" in [c.name for c in log]
+    assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
+    builder.close()
+    other.close()
