@@ -41,26 +41,17 @@ def _private(module: str) -> bool:
     return any(part.startswith("_") for part in module.split(".")[2:])
 
 
-def _lowlevel_names(root: Path) -> frozenset[str]:
-    """``cuguard.errors.lowlevel.__all__``, read from its source: names cuguard's own code imports from there."""
-    source = root / "packages" / "errors" / "src" / "cuguard" / "errors" / "lowlevel.py"
-    for node in ast.walk(ast.parse(source.read_text("utf-8"))):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            return frozenset(c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant))
-    raise SystemExit(f"{source}: no __all__")
-
-
-def _context_fields(root: Path) -> frozenset[str]:
-    """``CONTEXT_FIELDS`` as the context layer declares it (read from its source: nothing is imported)."""
-    source = root / "packages" / "context" / "src" / "cuguard" / "context" / "lowlevel.py"
+def _strings_assigned(root: Path, layer: str, name: str) -> frozenset[str]:
+    """The strings in the assignment to ``name`` in ``cuguard.<layer>.lowlevel`` (read from its source)."""
+    source = root / "packages" / layer / "src" / "cuguard" / layer / "lowlevel.py"
     for node in ast.walk(ast.parse(source.read_text("utf-8"))):
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
-            if any(isinstance(t, ast.Name) and t.id == "CONTEXT_FIELDS" for t in targets):
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 return frozenset(
                     c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)
                 )
-    raise SystemExit(f"{source}: no CONTEXT_FIELDS")
+    raise SystemExit(f"{source}: no {name}")
 
 
 def _names_context(node: ast.expr) -> bool:
@@ -132,7 +123,11 @@ def check_file(package: str, path: Path, fields: frozenset[str], lowlevel: froze
 
 def check(root: Path) -> list[str]:
     """Every finding in the repository at ``root``."""
-    fields, lowlevel = _context_fields(root), _lowlevel_names(root)
+    # CONTEXT_FIELDS: what a Context may be read for; errors.lowlevel's __all__: what to import from there.
+    fields, lowlevel = (
+        _strings_assigned(root, "context", "CONTEXT_FIELDS"),
+        _strings_assigned(root, "errors", "__all__"),
+    )
     found: list[str] = []
     for path in sorted((root / "packages").glob("*/src/cuguard/*/**/*.py")):
         found += check_file(_owner(path), path, fields, lowlevel)

@@ -96,3 +96,16 @@ def test_an_undo_step_must_be_callable() -> None:
     with pytest.raises(TypeError, match="undo must be a callable"):
         undo.append("not callable")  # type: ignore[arg-type]
     assert undo.pending == 0
+
+
+@pytest.mark.contract("O1")
+def test_a_transaction_is_not_copied_its_steps_would_run_twice() -> None:
+    import copy
+    import pickle
+
+    undo = Transaction()
+    undo.append(print, "released")
+    for attempt in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="Transaction objects cannot be copied"):
+            attempt(undo)
+    undo.commit()

@@ -6,13 +6,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from cuguard.errors._ownership import wrong_kind
+from cuguard.errors._ownership import Unique, wrong_kind
 from cuguard.errors._report import add_failure_note
 
 __all__ = ["Transaction"]
 
 
-class Transaction:
+class Transaction(Unique):
     """The undo steps of an operation made of several driver calls (G1, G4).
 
     After each step that changed something, :meth:`append` how to undo it;
@@ -34,7 +34,8 @@ class Transaction:
     among them is raised once all have run (the others as its notes).
     :meth:`rollback` runs them outside a ``with`` block. Undo steps run once:
     after a rollback or a commit the transaction is empty and can be used
-    again.
+    again. A transaction cannot be copied or pickled (``TypeError``): a copy
+    would run the same undo steps, releasing what they release, a second time.
     """
 
     __slots__ = ("_steps",)

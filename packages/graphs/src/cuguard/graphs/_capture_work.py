@@ -22,7 +22,7 @@ from cuguard.graphs import _lifetime
 from cuguard.graphs._common import _check_owners, _types
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.resources import Kernel, LaunchConfig, Stream, launch
-from cuguard.resources.lowlevel import check_read_only, memory_uses, retain, split_written
+from cuguard.resources.lowlevel import check_read_only, retain, split_written
 
 if TYPE_CHECKING:
     from cuguard.graphs._capture import GraphBuilder
@@ -83,11 +83,12 @@ class CapturedWork:
             raise wrong_kind("config", "a LaunchConfig", config)
         if not isinstance(kernel, Kernel):
             raise wrong_kind("kernel", "a Kernel", kernel)
-        reads = check_read_only(read_only, len(args)) if read_only else frozenset()
+        if read_only:
+            check_read_only(read_only, len(args))  # an argument's kind before the builder's state (E3)
         self._check_capturing("launch")
-        launch(self._stream, config, kernel, *args, read_only=tuple(reads))
-        written, read = memory_uses(args, reads)
-        self._retain([kernel, kernel.module, *written], read)
+        # The capture's table is the one of this builder's stream: the captured launch keeps the kernel, its
+        # module and the memory it uses with the graph, with their write marks (G6, B7).
+        launch(self._stream, config, kernel, *args, read_only=read_only)
 
     def _retain(self, owners: list[object], read: Sequence[object] = ()) -> None:
         """Keep ``owners`` (written) and ``read`` alive with the capture's graph (memory: graph-used, G6)."""
