@@ -42,7 +42,12 @@ def test_no_memory_leaks_fails_a_test_that_leaves_memory_allocated(
     pytester: pytest.Pytester, request: pytest.FixtureRequest
 ) -> None:
     pytester.makepyfile(textwrap.dedent(_PROJECT))
-    plugin = [] if request.config.pluginmanager.has_plugin("cuguard") else ["-p", "cuguard.testing.plugin"]
+    # each plugin by its entry point where installed (the inner run loads it too), else named with -p
+    plugin: list[str] = []
+    plugins = (("cuguard", "cuguard.testing.plugin"), ("cuguard-resources", "cuguard.resources.pytest_plugin"))
+    for entry_point, module in plugins:
+        if not request.config.pluginmanager.has_plugin(entry_point):
+            plugin += ["-p", module]
     try:
         result = pytester.runpytest_inprocess(*plugin, "-p", "no:cacheprovider", "-p", "no:randomly")
     finally:
