@@ -17,6 +17,7 @@ when none is installed, and remove it when the last of them exits.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -168,6 +169,11 @@ def _handle_int(value: Any) -> int:
         return id(value)
 
 
+#: Per driver library (the driver under every wrapper): the functions the bindings have and the
+#: library lacks (calling one raises ``RuntimeError``; a CUDA 13.0 driver under newer bindings).
+_MISSING: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
 class FaultProxy:
     """A driver that forwards to ``inner``, applying fault plans and recording calls.
 
@@ -178,6 +184,13 @@ class FaultProxy:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        library = inner
+        while getattr(library, "wrapped_driver", None) is not None:
+            library = library.wrapped_driver
+        try:
+            self._missing = _MISSING.setdefault(library, set())
+        except TypeError:  # a driver object that takes no weak reference: nothing remembered
+            self._missing = set()
         self.plans: list[FaultPlan] = []
         self.recorders: list[list[DriverCall]] = []
         self.live: dict[tuple[str, int], int] = {}
@@ -240,6 +253,11 @@ class FaultProxy:
                 self.live.pop(key, None)
 
     def _call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], restore: bool) -> Any:
+        if name in self._missing:
+            # The bindings have the function and the driver library does not: the call raises
+            # before reaching a driver. Once met (by a fault-free run: the proxy learns it from
+            # the RuntimeError), no plan counts it; no recorder lists it either way.
+            return fn(*args)
         with self._lock:
             # Every active plan counts every call it matches, whichever plan fails it; when
             # several fire on the same call, the one installed first (the outermost) gives the code.
@@ -251,7 +269,12 @@ class FaultProxy:
             result: Any = _failure(name, code)
             injected = True
         else:
-            result = fn(*args)
+            try:
+                result = fn(*args)
+            except RuntimeError as missing:
+                if "not found" in str(missing):
+                    self._missing.add(name)
+                raise
             injected = False
             ledger = _LEDGER.get(name)
             if ledger is not None and not result[0]:

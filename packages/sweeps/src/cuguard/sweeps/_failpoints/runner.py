@@ -641,6 +641,9 @@ def _set_up_case(runtime: _Runtime, case: _Case) -> bool:
         if case.ctx_mode == "other":
             runtime.other_context(case.env).set_current()
         gc.collect()
+        # Whether an operation's first call is cuInit depends on what ran before it in this process
+        # (a driver installed again since): initialized here, it is never one of the operation's calls.
+        _context_layer.init_driver()
         if case.hooks is not None:
             case.hooks.prepare(case.env, case.proxy)
     except SimulatedCrash as crash:
