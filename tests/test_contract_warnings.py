@@ -153,6 +153,7 @@ def test_W5_a_graph_keeps_its_memory_until_CUDA_drops_it_and_failed_releases_lea
     graph = g.instantiate()
     del buf  # dropped by the user: the definition and the executable graph keep it
     g.close()
+    stream.wait(ordered_stream)  # the allocation was queued there: the graph's work comes after it
     graph.launch(stream)
     graph.close()  # closed with the launch possibly in flight: the buffer lives until CUDA drops the graph
     settled()

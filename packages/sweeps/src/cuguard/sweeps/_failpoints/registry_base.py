@@ -147,13 +147,17 @@ def dev_only(env: Env) -> SimpleNamespace:
 
 
 def dev_fresh(env: Env) -> SimpleNamespace:
-    """A Device whose primary context is not retained yet, and whose properties are read afresh.
+    """A Device whose primary context is not retained yet, whose properties are read afresh, and
+    whose default memory resource is made afresh.
 
     A driver that serves the whole sweep (a GPU) keeps one Device per ordinal, and with it the
-    properties it read: they are forgotten here, so that every case reads them as the first did.
+    properties it read and the default memory resource it made (which owns nothing): they are
+    forgotten here, so that every case reads them as the first did.
     """
     dev = env.resources.Device(0)
     dev._properties = None  # the cache Device.properties fills on first use
+    if dev._memory_resource is None:
+        dev._default_mr = None  # made by the first read of Device.memory_resource
     return _ns(dev=dev)
 
 
