@@ -194,6 +194,7 @@ class FaultProxy:
         self.plans: list[FaultPlan] = []
         self.recorders: list[list[DriverCall]] = []
         self.live: dict[tuple[str, int], int] = {}
+        self._released: dict[tuple[str, int], int] = {}
         self._lock = deferring_lock(reentrant=True)
         self._busy = False
 
@@ -244,6 +245,8 @@ class FaultProxy:
             return  # NULL is no object (a zero-byte allocation may return it; freeing it does nothing)
         key = (kind, handle)
         with self._lock:
+            if delta < 0:
+                self._released[key] = self._released.get(key, 0) + 1
             count = self.live.get(key, 0) + delta
             if kind == "memory_pool" and count > 1:
                 count = 1  # a pool imported again is the same pool (an H200's answer): one destroy ends it
@@ -290,6 +293,15 @@ class FaultProxy:
         """Objects created through this proxy and not released: ``(kind, handle) -> count``. Never raises."""
         with self._lock:
             return dict(self.live)
+
+    def released_objects(self) -> dict[tuple[str, int], int]:
+        """How many times each object was released through this proxy: ``(kind, handle) -> count``.
+
+        Tells a released object from a new one the driver gave the same handle (a real driver
+        reuses addresses at once): compare two readings. Never raises.
+        """
+        with self._lock:
+            return dict(self._released)
 
 
 _install_lock = deferring_lock()

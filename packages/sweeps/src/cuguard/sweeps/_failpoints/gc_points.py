@@ -304,6 +304,7 @@ class _GcHooks(CaseHooks):
         self.driver: _CollectingDriver | None = None
         self.same_path = True
         self.extra: set[int] = set()  # handles of simulator objects the garbage made
+        self.released_before: dict[tuple[str, int], int] = {}  # the proxy's release counts once it was made
         self._gc_was_enabled = True
         self._previous_hook: Callable[[Any], object] | None = None
 
@@ -316,6 +317,7 @@ class _GcHooks(CaseHooks):
         with env.graphs.capture_mode("relaxed"):
             for name, make in self.makers.items():
                 self._make_group(name, make, env, proxy)
+        self.released_before = proxy.released_objects()
 
     def _make_group(self, name: str, make: GarbageMaker, env: Env, proxy: FaultProxy) -> None:
         before = proxy.live_objects()
@@ -395,12 +397,17 @@ class _GcHooks(CaseHooks):
         env.errors.flush_deferred(5)
         if env.sim is not None:
             env.sim.drain()
-        live = proxy.live_objects()
-        remaining = [key for key in self.garbage if key in live]
+        remaining = self._unreleased(proxy)
         if remaining and _capturing(env, proxy):
             self.postponed = remaining  # held back until a capture ends (G6): checked once it ended
         elif remaining:
             add("O6", "the collected garbage was not released: " + _keys(remaining, self.garbage))
+
+    def _unreleased(self, proxy: FaultProxy) -> list[tuple[str, int]]:
+        """The garbage still live and never released since it was made: a handle the driver gave
+        again to something new (a real driver reuses a freed address at once) is not garbage."""
+        live, released = proxy.live_objects(), proxy.released_objects()
+        return [key for key in self.garbage if key in live and released.get(key, 0) <= self.released_before.get(key, 0)]
 
     def foreign(self) -> set[int]:
         return {handle for _kind, handle in self.garbage} | self.extra
@@ -423,8 +430,7 @@ class _GcHooks(CaseHooks):
     def after_teardown(self, env: Env, proxy: FaultProxy, add: Any) -> None:
         if self.postponed:
             env.graphs.flush_deferred(5)
-            live = proxy.live_objects()
-            still = [key for key in self.postponed if key in live]
+            still = [key for key in self._unreleased(proxy) if key in self.postponed]
             if still:
                 add(
                     "O6",

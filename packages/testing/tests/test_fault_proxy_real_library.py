@@ -1,9 +1,13 @@
-"""A function the bindings have and the driver library lacks is never a failure point (B1).
+"""The fault proxy over a driver library as a real GPU's behaves (B1, W5).
 
-A CUDA 13.0 driver under newer cuda-bindings lacks ``cuFuncGetParamCount``: calling it raises
-``RuntimeError`` before any driver is reached. A recording never lists such a call, and once the proxy has met it (a
-sweep's fault-free run does) no fault plan counts it (it would fail a call the real driver never
-answers), so that a sweep's failure points are the same in every case.
+A function the bindings have and the driver library lacks is never a failure point: a CUDA 13.0
+driver under newer cuda-bindings lacks ``cuFuncGetParamCount``, and calling it raises
+``RuntimeError`` before any driver is reached. A recording never lists such a call, and once the
+proxy has met it (a sweep's fault-free run does) no fault plan counts it (it would fail a call the
+real driver never answers), so that a sweep's failure points are the same in every case.
+
+A real driver hands a freed address out again at once: the proxy's release counts tell a released
+object from a new one at the same address (the garbage-collection sweep checks releases with them).
 """
 
 from __future__ import annotations
@@ -71,3 +75,36 @@ def test_a_function_missing_from_the_library_is_neither_counted_nor_recorded() -
             with record_calls() as log, inject("cuFuncGetParamCount", INVALID_VALUE) as plan:
                 assert _ask(driver) == ["count 0", "get 0"]
             assert plan.fired == 0
+
+
+class _ReusingLibrary:
+    """A driver library that hands a freed address out again at once, as a real driver does."""
+
+    ADDRESS = 0x7F0000000000
+
+    def cuMemAlloc(self, size: int) -> tuple[int, int]:
+        return 0, self.ADDRESS
+
+    def cuMemFree(self, ptr: int) -> tuple[int]:
+        return (0,)
+
+
+@pytest.mark.contract("W5")
+def test_released_objects_tells_a_freed_handle_from_a_new_one_at_the_same_address() -> None:
+    from cuguard.testing.lowlevel import acquire_proxy, release_proxy
+
+    with use_driver(_ReusingLibrary()):
+        proxy = acquire_proxy()
+        try:
+            from cuguard.errors import driver
+
+            _err, first = driver.cuMemAlloc(64)
+            key = ("device_memory", first)
+            before = proxy.released_objects()
+            assert driver.cuMemFree(first) == (0,)
+            _err, second = driver.cuMemAlloc(64)
+            assert second == first  # the same address, another allocation
+            assert proxy.live_objects()[key] == 1  # live again: the live count alone cannot tell
+            assert proxy.released_objects()[key] == before.get(key, 0) + 1
+        finally:
+            release_proxy(proxy)
