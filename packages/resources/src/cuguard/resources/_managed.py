@@ -17,7 +17,7 @@ from cuguard.errors import driver, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _compat
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
-from cuguard.resources._memres import MemoryResource, check_device, stream_argument
+from cuguard.resources._memres import DeviceBoundResource, stream_argument
 from cuguard.resources._stream import Stream, as_stream, driver_types
 
 __all__ = ["LegacyPinnedMemoryResource", "ManagedMemoryResource"]
@@ -86,7 +86,7 @@ def _advise(ptr: Any, size: int, advice: Any, location: Any) -> None:
         raise_status(err, _compat.ADVISE_CALL)
 
 
-class ManagedMemoryResource(MemoryResource[Buffer]):
+class ManagedMemoryResource(DeviceBoundResource[Buffer]):
     """Managed (unified) memory of ``cuMemAllocManaged``, usable from the host and the devices.
 
     ``ManagedMemoryResource(device, *, attach="global")``: ``device`` (a
@@ -107,9 +107,6 @@ class ManagedMemoryResource(MemoryResource[Buffer]):
         super().__init__()
         self._dev = dev
         self._flags = _ATTACH[attach]
-
-    def _check_usable(self) -> None:
-        check_device(self, self._dev)
 
     @property
     def device_id(self) -> int:
@@ -213,7 +210,7 @@ _HOST_ALLOC_PORTABLE = 0x1
 _HOST_ALLOC_WRITECOMBINED = 0x4
 
 
-class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
+class LegacyPinnedMemoryResource(DeviceBoundResource[PinnedBuffer]):
     """Page-locked host memory of ``cuMemHostAlloc``, through the memory-resource interface.
 
     ``LegacyPinnedMemoryResource(device=None, *, portable=False,
@@ -237,9 +234,6 @@ class LegacyPinnedMemoryResource(MemoryResource[PinnedBuffer]):
         super().__init__()
         self._dev = dev
         self._flags = (_HOST_ALLOC_PORTABLE if portable else 0) | (_HOST_ALLOC_WRITECOMBINED if write_combined else 0)
-
-    def _check_usable(self) -> None:
-        check_device(self, self._dev)
 
     @property
     def device_id(self) -> None:

@@ -20,27 +20,19 @@ from __future__ import annotations
 
 import abc
 import weakref
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from cuguard.errors import ResourceClosedError
 from cuguard.errors.lowlevel import Unique, wrong_kind
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream
 
+if TYPE_CHECKING:
+    from cuguard.resources._device import Device
+
 __all__ = ["MemoryResource"]
 
 B = TypeVar("B", Buffer, PinnedBuffer)
-
-
-def check_device(resource: object, device: Any) -> None:
-    """``ResourceClosedError`` naming ``resource`` when its ``device`` belongs to a driver no longer installed (O3)."""
-    try:
-        device._check_driver()
-    except ResourceClosedError:
-        raise ResourceClosedError(
-            f"{resource!r} cannot be used: its {device!r} belongs to a CUDA driver that is no longer installed; "
-            f"make a new resource for Device({device.ordinal})"
-        ) from None
 
 
 def stream_argument(stream: object) -> Stream | None:
@@ -215,3 +207,24 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
     def __repr__(self) -> str:
         device = "host" if self.device_id is None else f"device {self.device_id}"
         return f"<{type(self).__name__} {device}>"
+
+
+class DeviceBoundResource(MemoryResource[B]):
+    """A resource that holds no driver object of its own, only its device (``self._dev``).
+
+    It is usable while that device's driver is installed: after the driver was uninstalled (a
+    simulator of an earlier test), every use raises
+    :class:`~cuguard.errors.ResourceClosedError` naming the resource, before any driver call (O3).
+    The managed, legacy pinned and virtual memory resources are of this kind.
+    """
+
+    _dev: Device
+
+    def _check_usable(self) -> None:
+        try:
+            self._dev._check_driver()
+        except ResourceClosedError:
+            raise ResourceClosedError(
+                f"{self!r} cannot be used: its {self._dev!r} belongs to a CUDA driver that is no longer "
+                f"installed; make a new resource for Device({self._dev.ordinal})"
+            ) from None

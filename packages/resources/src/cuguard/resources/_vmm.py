@@ -22,7 +22,7 @@ from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, Transaction, driver, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.resources._memory import Buffer
-from cuguard.resources._memres import MemoryResource, check_device, stream_argument
+from cuguard.resources._memres import DeviceBoundResource, stream_argument
 from cuguard.resources._stream import Stream, driver_types
 
 __all__ = ["VirtualMemoryResource", "VirtualMemoryResourceOptions"]
@@ -195,7 +195,7 @@ class _Growth:
         self.maps: list[tuple[int, int]] = []
 
 
-class VirtualMemoryResource(MemoryResource[Buffer]):
+class VirtualMemoryResource(DeviceBoundResource[Buffer]):
     """Device memory through the CUDA virtual memory management API: buffers that can grow.
 
     ``VirtualMemoryResource(device, options=None)``: ``device`` is a
@@ -253,9 +253,6 @@ class VirtualMemoryResource(MemoryResource[Buffer]):
         self._align = options.addr_align or 0
 
     # --- properties -----------------------------------------------------------------------
-
-    def _check_usable(self) -> None:
-        check_device(self, self._dev)
 
     @property
     def device_id(self) -> int:
