@@ -131,6 +131,38 @@ def test_a_failed_restore_releases_the_new_buffer(
     other_context.set_current()
 
 
+@pytest.mark.contract("C2", "G1", "G6")
+def test_a_failed_restore_during_a_capture_releases_the_new_buffer_without_waiting(
+    device: Device, mr: VirtualMemoryResource, other_context: Context
+) -> None:
+    # The undo of a buffer this very call made waits for nothing: a cuCtxSynchronize there would be
+    # refused during the capture of a stream of the device's context (and invalidate it on a GPU).
+    from cuda.bindings.driver import CUstreamCaptureMode
+
+    stream = device.create_stream(non_blocking=True)
+    (err,) = driver.cuStreamBeginCapture(stream.handle, CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+    assert not err
+    try:
+        with (
+            record_calls() as calls,
+            leak_check(),
+            restore_fault(INVALID_CONTEXT),
+            pytest.raises(CUDAError, match="could not be restored") as info,
+        ):
+            mr.allocate(100)
+        assert not getattr(info.value, "__notes__", [])  # released: no note says something leaked
+        assert "cuCtxSynchronize" not in [c.name for c in calls]
+        assert mr.held == 0
+        err, status = driver.cuStreamIsCapturing(stream.handle)
+        assert (int(err), int(status)) == (0, 1)  # the capture is still going on
+    finally:
+        err, graph = driver.cuStreamEndCapture(stream.handle)
+        assert not err
+        assert not driver.cuGraphDestroy(graph)[0]
+        stream.close()
+        other_context.set_current()
+
+
 def test_grow_keeps_the_bytes(device: Device, mr: VirtualMemoryResource) -> None:
     buf = mr.allocate(1000)
     data = _pattern(buf)

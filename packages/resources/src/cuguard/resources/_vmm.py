@@ -151,11 +151,17 @@ def _granularity(prop: Any, option: Any) -> int:
     return int(value)
 
 
-def _teardown(layout: _Layout) -> tuple[Any, str]:
-    """Release everything ``layout`` holds, newest first; stop at the first refusal (the rest is leaked)."""
-    (err,) = driver.cuCtxSynchronize()  # nothing queued may still use the memory once unmapped (W5)
-    if err:
-        return err, "cuCtxSynchronize"
+def _teardown(layout: _Layout, synchronize: bool = True) -> tuple[Any, str]:
+    """Release everything ``layout`` holds, newest first; stop at the first refusal (the rest is leaked).
+
+    ``synchronize`` first waits for the context's work (nothing queued may still use the memory
+    once unmapped: W5); memory made by the very call that undoes it was never used, and needs no
+    wait (which a capture going on in the context would refuse: G6).
+    """
+    if synchronize:
+        (err,) = driver.cuCtxSynchronize()
+        if err:
+            return err, "cuCtxSynchronize"
     while layout.maps:
         address, size = layout.maps[-1]
         (err,) = driver.cuMemUnmap(address, size)
@@ -177,8 +183,11 @@ def _teardown(layout: _Layout) -> tuple[Any, str]:
 
 
 def _undo_layout(layout: _Layout) -> None:
-    """Release what ``layout`` holds, raising the first refusal (for a failed restore of the caller's context)."""
-    status, call = _teardown(layout)
+    """Release what ``layout`` holds, raising the first refusal (for a failed restore of the caller's context).
+
+    The layout was made by the call being undone: no work can use it yet, so nothing is waited for.
+    """
+    status, call = _teardown(layout, synchronize=False)
     if status:
         raise_status(status, call)
 
