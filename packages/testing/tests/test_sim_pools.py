@@ -100,6 +100,29 @@ def test_pools_are_live_objects_and_a_second_destroy_is_recorded(sim: SimulatedD
     assert [i.call for i in sim.double_release] == ["cuMemPoolDestroy"]
 
 
+def test_allocation_pool_names_the_pool_of_a_live_allocation(sim: SimulatedDriver) -> None:
+    pool, host = _pool(sim), _pool(sim, host=True)
+    st = _stream(sim)
+    err, ptr = sim.cuMemAllocFromPoolAsync(64, pool, st)
+    assert err == OK
+    err, pinned = sim.cuMemAllocFromPoolAsync(64, host, st)
+    assert err == OK
+    err, plain = sim.cuMemAlloc(64)
+    assert err == OK
+    assert sim.allocation_pool(int(ptr)) == int(pool)
+    assert sim.allocation_pool(int(pinned)) == int(host)
+    assert sim.allocation_pool(int(plain)) is None  # no pool's memory
+    assert sim.allocation_pool(int(ptr) + 8) is None  # not an allocation's base
+    for p in (ptr, pinned):
+        assert sim.cuMemFreeAsync(p, st) == (OK,)
+    assert sim.cuStreamSynchronize(st) == (OK,)
+    assert sim.allocation_pool(int(ptr)) is None  # freed
+    assert sim.cuMemFree(plain) == (OK,)
+    for p in (pool, host):
+        assert sim.cuMemPoolDestroy(p) == (OK,)
+    assert sim.cuStreamDestroy(st) == (OK,)
+
+
 def test_reserved_and_used_memory_follow_allocations(sim: SimulatedDriver) -> None:
     pool = _pool(sim)
     st = _stream(sim)

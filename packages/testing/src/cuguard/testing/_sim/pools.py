@@ -383,6 +383,16 @@ class SimPools(SimCore):
 
     # --- allocation ------------------------------------------------------------------------------
 
+    def allocation_pool(self, address: int) -> int | None:
+        """The handle of the memory pool the live allocation at ``address`` came from, else ``None``.
+
+        ``None`` too for memory of no pool (``cuMemAlloc``...) and for an address that is no
+        allocation's base. A query of the simulator's books: no driver call is made or recorded.
+        """
+        with self._lock:
+            pool = self._pool_of.get(int(address))
+            return None if pool is None or pool.destroyed else pool.handle
+
     @api(1)
     def cuMemAllocFromPoolAsync(self, bytesize: int, pool: Any, hStream: Any) -> tuple[Any, ...]:
         st = self._stream(hStream, "cuMemAllocFromPoolAsync")
