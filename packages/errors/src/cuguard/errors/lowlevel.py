@@ -13,7 +13,8 @@ patch release never removes or changes one.
   (integers, NumPy's too, within the driver type's range: :data:`SIZE_LIMIT`,
   :data:`UINT_LIMIT`, :data:`INT_LIMIT`), :func:`is_integer`,
   :func:`out_of_range`, :func:`status_argument`, :func:`is_driver_status`.
-- Ownership (O1, O5): :class:`Unique` (no copies, no pickles),
+- Ownership (O1, O5): :class:`Unique` (no copies, no pickles), :class:`Owned` (the
+  lifecycle of an owner of driver objects: ``with``, close, collection),
   :func:`refuse_construction`, the release thread (:func:`defer`,
   :func:`deferred_count`) and the marks of code running inside a CUDA
   callback (:func:`enter_driver_callback`, :func:`exit_driver_callback`,
@@ -47,6 +48,7 @@ from cuguard.errors._arguments import (
     status_argument,
 )
 from cuguard.errors._facts import DRIVER_FACTS, REFCOUNTED, DriverFact, calls_where
+from cuguard.errors._lifecycle import Owned
 from cuguard.errors._locks import DeferringLock, collection_deferred, deferring_lock, set_acquire_hook
 from cuguard.errors._ownership import (
     Unique,
@@ -77,6 +79,7 @@ __all__ = [
     "REFCOUNTED",
     "DeferringLock",
     "DriverFact",
+    "Owned",
     "Unique",
     "attributing",
     "calls_where",

@@ -700,18 +700,6 @@ class GraphBuilder(CaptureBranches, _Collected):
         if first is not None:
             raise first
 
-    def __enter__(self) -> GraphBuilder:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
-            add_failure_note(exc, failure)
-
     def _collect(self) -> None:
         """End a collected builder's capture and release what it made; failures are warnings (W1)."""
         if self._closed or self._root is not None:

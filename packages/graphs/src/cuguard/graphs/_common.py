@@ -11,7 +11,7 @@ from typing import Any
 
 from cuguard.context import Context
 from cuguard.errors import ResourceClosedError, driver_token
-from cuguard.errors.lowlevel import Unique, collection_deferred, defer
+from cuguard.errors.lowlevel import Owned
 from cuguard.resources import Event, Module
 
 __all__: list[str] = []
@@ -27,16 +27,13 @@ def _types() -> Any:
     return types
 
 
-class _Collected(Unique):
+class _Collected(Owned):
     """Collection of a definition or an executable graph: destroyed by ``_collect``, or not at all."""
 
     __slots__ = ()
 
     _closed: bool
     _driver: Any
-
-    def _collect(self) -> None:
-        raise NotImplementedError
 
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         # sys.is_finalizing is bound at definition: at the very end of finalization the sys
@@ -45,10 +42,7 @@ class _Collected(Unique):
             return
         if self._driver is not driver_token():
             return  # its driver was uninstalled: nothing of it is released here or said (O3)
-        if collection_deferred():
-            defer(self._collect)  # O5: never call CUDA from the driver's thread
-            return
-        self._collect()
+        self._collected()
 
 
 def _check_owners(what: object, owners: dict[int, object], action: str) -> None:

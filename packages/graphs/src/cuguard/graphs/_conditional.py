@@ -19,7 +19,7 @@ closed, the body refuses use (``ResourceClosedError``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Self
 
 from cuguard.context import Context
 from cuguard.errors import ResourceClosedError, driver, format_handle, raise_status
@@ -195,7 +195,7 @@ class ConditionalBody(GraphDefinition):
         """Refused: a body is destroyed with its conditional node."""
         self._refuse("be closed")
 
-    def __enter__(self) -> GraphDefinition:
+    def __enter__(self) -> Self:
         self._refuse("be used as a context manager")
 
     def _collect(self) -> None:

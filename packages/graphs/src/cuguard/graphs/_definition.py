@@ -661,21 +661,6 @@ class GraphDefinition(NodeBuilders, _Collected):
         self._owners = {}
         self._shape = None
 
-    def _discard(self, exc: BaseException) -> None:
-        try:
-            self.close()
-        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
-            add_failure_note(exc, failure)
-
-    def __enter__(self) -> GraphDefinition:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self._discard(exc)
-
     def _collect(self) -> None:
         """Destroy a collected definition; failures are warnings (W1)."""
         if self._closed or self._driver is not driver_token():

@@ -10,7 +10,6 @@ from cuguard.context import Context
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
-    add_failure_note,
     driver,
     driver_token,
     format_handle,
@@ -389,18 +388,6 @@ class Graph(_Collected):
             (err,) = driver.cuGraphExecDestroy(self._handle)
         if err:
             raise CUDAError(err, "cuGraphExecDestroy", f"executable graph {format_handle(self._int)} was leaked")
-
-    def __enter__(self) -> Graph:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except Exception as failure:  # noqa: BLE001 - attached as a note (G4)
-            add_failure_note(exc, failure)
 
     def _collect(self) -> None:
         """Destroy a collected executable graph; failures are warnings (W1)."""

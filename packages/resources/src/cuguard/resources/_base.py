@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from cuguard.context import Context, call_in, cleanup_in
 from cuguard.errors import CUDAError, ResourceClosedError, add_failure_note, format_handle, report, report_error
-from cuguard.errors.lowlevel import Unique, collection_deferred, defer, in_driver_callback, refuse_construction
+from cuguard.errors.lowlevel import Owned, defer, in_driver_callback, refuse_construction
 from cuguard.resources import _captures
 from cuguard.resources._relaxed import relax, restore
 
@@ -61,7 +61,7 @@ def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[
             report(err, "cuThreadExchangeStreamCaptureMode", handle, "the thread stays in relaxed capture mode")
 
 
-class Resource(Unique):
+class Resource(Owned):
     """Base of every cuguard resource (streams, events, buffers, modules...).
 
     Resources come from factories (:class:`~cuguard.resources.Device` methods);
@@ -254,21 +254,8 @@ class Resource(Unique):
         if status:
             self._release_failed(status, call)
 
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self._discard(exc)
-
-    def _discard(self, exc: BaseException) -> None:
-        """Close while ``exc`` propagates: a failure to close becomes a note on ``exc`` (G4)."""
-        try:
-            self.close()
-        except Exception as failure:  # noqa: BLE001 - attached to the propagating exception
-            add_failure_note(exc, failure, handle=self._handle)
+    def _failure_handle(self) -> object:
+        return self._handle
 
     def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         # sys.is_finalizing is bound at definition: at the very end of finalization the sys
@@ -289,10 +276,7 @@ class Resource(Unique):
             # Not ours to release, or of a driver that is no longer installed:
             # nothing is released and nothing is said (O3).
             return
-        if collection_deferred():
-            defer(self._collect)  # O5: never call CUDA from the driver's thread
-            return
-        self._collect()
+        self._collected()
 
     def _collect(self) -> None:
         """Release a collected resource; failures become ``CUDAWarning`` (W1)."""
