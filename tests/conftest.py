@@ -9,7 +9,6 @@ with NVRTC on a GPU.
 from __future__ import annotations
 
 import contextlib
-import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,9 +16,9 @@ import pytest
 from cuda.bindings import driver as cb
 
 from cuguard.context import Context
-from cuguard.errors import CUDAError, driver, flush_deferred
+from cuguard.errors import CUDAError, driver
 from cuguard.resources import Device, Kernel, LaunchConfig, Program, Stream
-from cuguard.testing import SimulatedDriver
+from cuguard.testing import SimulatedDriver, settle
 
 SIZE = 64
 
@@ -60,15 +59,6 @@ def emulate(sim: SimulatedDriver) -> None:
     sim.register_kernel("fill_u8", fill_u8)
     sim.register_kernel("add_u8", add_u8)
     sim.register_kernel("poke", poke)
-
-
-def settle(drv: Any) -> None:
-    """Let CUDA deliver every release (host functions, user objects) and cuguard carry it out."""
-    for _ in range(3):
-        gc.collect()
-        if isinstance(drv, SimulatedDriver):
-            drv.drain()
-        assert flush_deferred(10)
 
 
 def no_context() -> None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import settle
 
 from cuguard.graphs import GraphBuilder
 from cuguard.resources import Buffer, Device, LegacyPinnedMemoryResource, PinnedBuffer, PinnedMemoryResource, Stream
-from cuguard.testing import SimulatedDriver, record_calls
+from cuguard.testing import SimulatedDriver, record_calls, settle
 
 SIZE = 64
 

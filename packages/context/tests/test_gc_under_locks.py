@@ -14,7 +14,6 @@ fails here instead of hanging the suite.
 from __future__ import annotations
 
 import gc
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,27 +30,14 @@ from cuguard.errors.lowlevel import (
     exit_driver_callback,
     in_driver_callback,
 )
-from cuguard.testing import SimulatedDriver
+from cuguard.testing import SimulatedDriver, run_bounded
 
 BOUND = 60.0  # seconds: the scenarios take milliseconds; only a hang reaches this
 
 
 def _bounded(fn: Callable[[], object]) -> None:
-    """Run ``fn`` on a daemon thread; fail (instead of hanging) when it does not finish within BOUND."""
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="gc-under-locks", daemon=True)
-    thread.start()
-    thread.join(BOUND)
-    assert not thread.is_alive(), f"the thread hung ({BOUND:.0f} s): a collection under a cuguard lock deadlocked"
-    if failure:
-        raise failure[0]
+    """Run ``fn``; fail (instead of hanging) when it does not finish within BOUND."""
+    run_bounded(fn, BOUND, "a collection under a cuguard lock (deadlocked)")
 
 
 def _garbage_context() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,9 +9,8 @@ import pytest
 from cuda.bindings import driver as cb
 
 from cuguard.errors import driver
-from cuguard.graphs import flush_deferred
 from cuguard.resources import Device, Module, Program, Stream
-from cuguard.testing import SimulatedDriver
+from cuguard.testing import SimulatedDriver, settle
 
 KERNELS_CU = r"""
 extern "C" __global__ void fill_u32(unsigned int* out, unsigned int value, long long n) {
@@ -56,15 +54,6 @@ def _emulate(sim: SimulatedDriver) -> None:
     sim.register_kernel("fill_u32", fill_u32)
     sim.register_kernel("add_u32", add_u32)
     sim.register_kernel("copy_u32", copy_u32)
-
-
-def settle(drv: Any) -> None:
-    """Let CUDA deliver every user-object release and cuguard process it."""
-    for _ in range(3):
-        gc.collect()
-        if isinstance(drv, SimulatedDriver):
-            drv.drain()
-        assert flush_deferred(10)
 
 
 @pytest.fixture

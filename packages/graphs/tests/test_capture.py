@@ -10,12 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
 
 from cuguard.errors import CUDAError, ResourceClosedError
 from cuguard.graphs import GraphBuilder, GraphDefinition, capture_mode, exchange_capture_mode
 from cuguard.resources import Device, LaunchConfig, Module, Stream, launch
-from cuguard.testing import SimulatedDriver, inject, leak_check
+from cuguard.testing import SimulatedDriver, inject, leak_check, settle
 
 INVALIDATED = 901
 UNJOINED = 904

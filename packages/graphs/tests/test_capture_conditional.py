@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
 from test_conditional import COND_PTX, ONE, _emulate
 
 from cuguard.errors import CUDAError, ResourceClosedError
 from cuguard.graphs import GraphBuilder, GraphDefinition
 from cuguard.resources import Device, Stream
-from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls
+from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls, settle
 
 OUT_OF_MEMORY = 2
 

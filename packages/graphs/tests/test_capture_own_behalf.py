@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import settle
 
 from cuguard.errors import CUDAError, StickyCUDAError, attribute_faults
 from cuguard.graphs import GraphBuilder
@@ -32,7 +31,7 @@ from cuguard.resources import (
     VirtualMemoryResource,
     launch,
 )
-from cuguard.testing import SimulatedDriver, record_calls
+from cuguard.testing import SimulatedDriver, record_calls, settle
 
 UNSUPPORTED = 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 JOIN_TIMEOUT = 60

@@ -21,13 +21,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
 
 from cuguard.context import Context
 from cuguard.errors import ResourceClosedError, driver
 from cuguard.graphs import GraphBuilder, flush_deferred
 from cuguard.resources import Device, LaunchConfig, Module, Stream, launch
-from cuguard.testing import SimulatedDriver, record_calls
+from cuguard.testing import SimulatedDriver, record_calls, settle
 
 
 def _u32(buf: Any) -> list[int]:

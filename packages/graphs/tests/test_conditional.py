@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
 
 from cuguard.errors import CUDAError, ResourceClosedError
 from cuguard.graphs import ConditionalBody, GraphCondition, GraphDefinition
 from cuguard.resources import Device, LaunchConfig, Stream
-from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls
+from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls, settle
 
 OUT_OF_MEMORY = 2
 ONE = LaunchConfig(grid=1, block=1)

@@ -12,12 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
 
 from cuguard.errors import CUDAError, ResourceClosedError
 from cuguard.graphs import GraphDefinition
 from cuguard.resources import Device, LaunchConfig, Module, Stream
-from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls
+from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls, settle
 
 OUT_OF_MEMORY = 2
 CONFIG = LaunchConfig(grid=1, block=8)

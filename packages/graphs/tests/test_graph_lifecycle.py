@@ -10,12 +10,11 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import settle
 
 from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError
 from cuguard.graphs import GraphDefinition
 from cuguard.resources import Device, Stream
-from cuguard.testing import SimulatedDriver, inject, record_calls
+from cuguard.testing import SimulatedDriver, inject, record_calls, settle
 
 OUT_OF_MEMORY = 2
 

@@ -10,12 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
 
 from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError
 from cuguard.graphs import GraphDefinition, GraphUpdateError, Node, flush_deferred, pending_payloads
 from cuguard.resources import Device, LaunchConfig, Module, Stream
-from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls, restore_fault
+from cuguard.testing import SimulatedDriver, inject, leak_check, record_calls, restore_fault, settle
 
 OUT_OF_MEMORY = 2
 MUTATING = {"cuGraphAddEmptyNode", "cuGraphAddDependencies", "cuGraphRemoveDependencies", "cuGraphDestroyNode"}

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import KERNELS_PTX, settle
+from conftest import KERNELS_PTX
 from cuda.bindings.driver import CUcontext
 
 from cuguard.context import Context
@@ -29,9 +29,11 @@ from cuguard.resources import Device, LaunchConfig, Module, Stream
 from cuguard.testing import (
     SimulatedCrash,
     SimulatedDriver,
+    assert_no_misuse,
     leak_check,
     nothing_left_behind,
     record_calls,
+    settle,
     simulated_driver,
 )
 
@@ -50,14 +52,6 @@ def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[BaseException | None]:
     seen: list[BaseException | None] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda args: seen.append(args.exc_value))
     return seen
-
-
-def _clean(drv: Any) -> None:
-    if isinstance(drv, SimulatedDriver):
-        assert drv.misuse == []
-        assert drv.double_release == []
-        assert drv.use_after_release == []
-        assert drv.dangling == []
 
 
 def _no_failed_calls(log: Any) -> bool:
@@ -113,7 +107,7 @@ def test_graph_objects_cannot_be_copied_or_pickled(cuguard_driver: Any, dev: Dev
     assert names.count("cuGraphDestroyNode") == 1
     assert names.count("cuGraphExecDestroy") == 1
     assert names.count("cuGraphDestroy") == 1
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 CONSTRUCTIONS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
@@ -296,7 +290,7 @@ def test_definition_of_a_destroyed_context_cannot_be_instantiated(cuguard_driver
         g.instantiate()
     assert [c.name for c in log if c.name in ("cuCtxSetCurrent", "cuGraphInstantiate")] == []
     g.close()
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O4")
@@ -392,7 +386,7 @@ def test_nodes_refuse_resources_of_a_destroyed_context(
     for leaked in (module, event):
         with pytest.raises(ResourceClosedError, match="leaked"):
             leaked.close()  # said here, rather than as a warning when it is collected
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 # --- O5: releases due in a graph's host callback or user-object destructor ---------------------------------------
@@ -432,7 +426,7 @@ def test_buffer_dropped_by_a_graph_host_node_is_released_on_a_python_thread(
         assert buf_ref() is None
     assert ("cuMemFree", handle) in {(c.name, int(c.args[0])) for c in log if c.name == "cuMemFree" and not c.status}
     assert unraisable == []
-    _clean(cuguard_driver)  # in particular no driver call from the callback's thread
+    assert_no_misuse(cuguard_driver)  # in particular no driver call from the callback's thread
 
 
 @pytest.mark.contract("O5")
@@ -502,7 +496,7 @@ def test_cycle_of_a_context_and_its_graphs_destroys_the_context_last(
     assert [int(c.args[0]) for c in log if c.name == "cuCtxDestroy"] == [ctx_handle]
     assert _no_failed_calls(log)
     assert unraisable == []
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O6")
@@ -553,7 +547,7 @@ def test_cycle_of_primary_context_graphs_releases_them_and_keeps_the_context(
     assert _no_failed_calls(log)
     assert unraisable == []
     assert not dev.context.closed
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
     assert flush_deferred(10)
 
 
@@ -624,7 +618,7 @@ def test_a_definition_whose_event_was_closed_is_refused_before_the_driver(
     assert [c.name for c in log if c.name.startswith("cuGraph")] == []  # nothing reached the driver's graphs
     parent.close()
     g.close()
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("S2")

@@ -10,12 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import settle
 
 from cuguard.errors import ResourceClosedError
 from cuguard.graphs import GraphBuilder, GraphDefinition
 from cuguard.resources import Device, LaunchConfig, Module, Stream, StridedMemoryView, launch
-from cuguard.testing import SimulatedDriver
+from cuguard.testing import SimulatedDriver, settle
 
 
 def _live(drv: Any, handle: int) -> bool:

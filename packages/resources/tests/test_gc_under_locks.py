@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import Any
@@ -31,28 +30,15 @@ from cuguard.context import Context
 from cuguard.errors import CUDADriverNotFoundError, flush_deferred, use_driver
 from cuguard.errors.lowlevel import collection_deferred, deferring_lock, enter_driver_callback, exit_driver_callback
 from cuguard.resources import Device, Module, ObjectCode
-from cuguard.testing import SimulatedDriver, record_calls, register_stand_in, remove_stand_in
+from cuguard.testing import SimulatedDriver, record_calls, register_stand_in, remove_stand_in, run_bounded
 from cuguard.testing.lowlevel import SafetyDriver
 
 BOUND = 60.0  # seconds: the operations take milliseconds; only a hang reaches this
 
 
 def _bounded(fn: Callable[[], object]) -> None:
-    """Run ``fn`` on a daemon thread; fail (instead of hanging) when it does not finish within BOUND."""
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="gc-under-locks", daemon=True)
-    thread.start()
-    thread.join(BOUND)
-    assert not thread.is_alive(), f"the thread hung ({BOUND:.0f} s): a collection under a cuguard lock deadlocked"
-    if failure:
-        raise failure[0]
+    """Run ``fn``; fail (instead of hanging) when it does not finish within BOUND."""
+    run_bounded(fn, BOUND, "a collection under a cuguard lock (deadlocked)")
 
 
 @pytest.fixture

@@ -35,7 +35,14 @@ from cuguard.resources import (
     Stream,
     launch,
 )
-from cuguard.testing import SimulatedDriver, leak_check, nothing_left_behind, record_calls, simulated_driver
+from cuguard.testing import (
+    SimulatedDriver,
+    assert_no_misuse,
+    leak_check,
+    nothing_left_behind,
+    record_calls,
+    simulated_driver,
+)
 
 COPIERS: dict[str, Callable[[Any], object]] = {
     "copy": copy.copy,
@@ -68,15 +75,6 @@ def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[BaseException | None]:
 
 def _null() -> Any:
     return CUcontext(0)
-
-
-def _clean(drv: Any) -> None:
-    """On the simulator: no misuse, no double release, no use after release, nothing dangling."""
-    if isinstance(drv, SimulatedDriver):
-        assert drv.misuse == []
-        assert drv.double_release == []
-        assert drv.use_after_release == []
-        assert drv.dangling == []
 
 
 def _no_failed_calls(log: Any) -> bool:
@@ -144,7 +142,7 @@ def test_resources_cannot_be_copied_or_pickled(
     assert len(releases) == 1, releases
     stream.sync()
     stream.close()
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 # class -> (the factory its TypeError must name)
@@ -264,7 +262,7 @@ def test_set_current_on_a_temporary_device_then_a_raw_driver_call(cuguard_driver
             assert cuguard_driver.cuMemFree(ptr) == (0,)
     finally:
         driver.cuCtxSetCurrent(_null())
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O2")
@@ -284,7 +282,7 @@ def test_temporary_devices_retain_the_primary_context_once(cuguard_driver: Any) 
     if isinstance(cuguard_driver, SimulatedDriver):
         contexts = [o for o in cuguard_driver.live_objects() if o.kind == "context"]
         assert [(o.call, o.refcount) for o in contexts] == [("cuDevicePrimaryCtxRetain", 1)]
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O2")
@@ -303,7 +301,7 @@ def test_primary_context_is_the_devices_context_and_closing_it_releases_nothing(
     with dev.create_stream() as s:  # still usable
         s.sync()
     dev.sync()
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O2")
@@ -334,7 +332,7 @@ def test_primary_context_current_in_another_thread_stays_usable(cuguard_driver: 
     thread.join()
     assert results == [0, 0]
     assert "cuDevicePrimaryCtxRelease" not in [c.name for c in log]
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O2")
@@ -632,7 +630,7 @@ def test_resources_of_a_destroyed_context_refuse_use_and_close_says_leaked(
         assert wrapped.closed
         wrapped.close()
     assert log == []  # nothing reached the driver: nothing used or switched to the destroyed context
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O4")
@@ -650,7 +648,7 @@ def test_kernel_of_a_destroyed_context_cannot_be_launched_on_a_live_stream(
     stream.close()
     with pytest.raises(ResourceClosedError, match="leaked"):
         module.close()
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("W1", "O4")
@@ -673,7 +671,7 @@ def test_collected_resource_of_a_destroyed_context_warns_naming_the_context(
     assert ctx_handle in text
     assert handle in text
     assert "leaked" in text
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 # --- O5: no CUDA call from the driver's threads --------------------------------------------------------------
@@ -710,7 +708,7 @@ def test_release_due_in_a_host_function_is_carried_out_on_a_python_thread(
     assert ("cuMemFree", buf_handle) in released
     assert unraisable == []  # no warning, no failure
     assert not {stream_handle, buf_handle} & _live_handles(cuguard_driver)
-    _clean(cuguard_driver)  # in particular no "driver call from a host function"
+    assert_no_misuse(cuguard_driver)  # in particular no "driver call from a host function"
     done.close()
 
 
@@ -744,7 +742,7 @@ def test_host_function_holding_the_last_reference_to_a_created_context_and_its_m
     assert names.index("cuModuleUnload") < names.index("cuCtxDestroy")
     assert [int(c.args[0]) for c in log if c.name == "cuCtxDestroy"] == [ctx_handle]
     assert unraisable == []
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
     stream.close()
 
 
@@ -807,7 +805,7 @@ def test_cycle_of_a_context_and_its_resources_releases_the_context_last(
     assert released[-1] == ("cuCtxDestroy", ctx_handle)
     assert _no_failed_calls(log)
     assert unraisable == []  # nothing reported as leaked
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("O6")
@@ -864,7 +862,7 @@ def test_cycle_of_primary_context_resources_is_released_and_the_context_kept(
     if isinstance(cuguard_driver, SimulatedDriver):
         contexts = [o for o in cuguard_driver.live_objects() if o.kind == "context"]
         assert [(o.call, o.refcount) for o in contexts] == [("cuDevicePrimaryCtxRetain", 1)]
-    _clean(cuguard_driver)
+    assert_no_misuse(cuguard_driver)
 
 
 @pytest.mark.contract("S2")

@@ -13,7 +13,9 @@
   receive a :class:`KernelLaunch` and the kernel's arguments (pointers as
   :class:`DevicePointer`); a kernel with none raises :class:`MissingStandInError`.
 - :func:`nothing_left_behind` asserts that a block created nothing, leaked
-  nothing and left nothing dangling.
+  nothing and left nothing dangling; :func:`settle` lets every due release
+  happen, :func:`assert_no_misuse` checks the simulator's books and
+  :func:`run_bounded` turns a hang into a failure.
 - The pytest plugin (:mod:`cuguard.testing.plugin`) is registered automatically.
 
 It depends on ``cuguard.errors`` alone. cuguard's own sweeps of its contract over
@@ -32,6 +34,9 @@ from cuguard.testing._faults import leak_check as leak_check
 from cuguard.testing._faults import record_calls as record_calls
 from cuguard.testing._faults import restore_fault as restore_fault
 from cuguard.testing._faults import sticky as sticky
+from cuguard.testing._settle import assert_no_misuse as assert_no_misuse
+from cuguard.testing._settle import run_bounded as run_bounded
+from cuguard.testing._settle import settle as settle
 from cuguard.testing._sim import DevicePointer as DevicePointer
 from cuguard.testing._sim import KernelLaunch as KernelLaunch
 from cuguard.testing._sim import LiveObject as LiveObject
@@ -54,6 +59,7 @@ __all__ = [
     "MissingStandInError",
     "SimulatedCrash",
     "SimulatedDriver",
+    "assert_no_misuse",
     "deinitialized",
     "inject",
     "leak_check",
@@ -62,6 +68,8 @@ __all__ = [
     "register_stand_in",
     "remove_stand_in",
     "restore_fault",
+    "run_bounded",
+    "settle",
     "simulated_driver",
     "stand_in",
     "sticky",
