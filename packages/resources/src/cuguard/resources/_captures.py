@@ -102,16 +102,27 @@ class OwnerTable(dict[int, object]):
         return OwnerTable(self, set(self.written))
 
     def keep(self, obj: object, write: bool) -> bool:
-        """Keep ``obj`` (written by the work when ``write``); return whether it was not kept before."""
+        """Keep ``obj`` (written by the work when ``write``); return whether it was not kept before.
+
+        A mark is only ever added here (an object leaving the table takes its mark with it: see
+        :meth:`pop`), so threads keeping the same object at once cannot lose a write mark.
+        """
         key = id(obj)
         new = key not in self
         if new:
             self[key] = obj
-            if not write:
-                self.written.discard(key)  # the mark of an object gone since, whose id this one reuses
         if write:
             self.written.add(key)
         return new
+
+    def pop(self, key: int, *default: object) -> object:
+        """Forget ``key`` and its write mark (an object kept later under the same ``id`` starts unmarked)."""
+        self.written.discard(key)
+        return super().pop(key, *default)
+
+    def __delitem__(self, key: int) -> None:
+        self.written.discard(key)
+        super().__delitem__(key)
 
     def merge(self, other: Mapping[int, object]) -> None:
         """Keep everything ``other`` keeps, with its write marks (all written when it is a plain mapping)."""
