@@ -425,6 +425,22 @@ def forget_driver(token: Any) -> None:
     """
     with _lock:
         _states.pop(token, None)
+        listeners = list(_forgotten_listeners)
+    for listener in listeners:
+        listener(token)
+
+
+_forgotten_listeners: list[Callable[[Any], None]] = []
+
+
+def on_driver_forgotten(listener: Callable[[Any], None]) -> None:
+    """Call ``listener(token)`` when :func:`forget_driver` drops the driver ``token`` for good.
+
+    For the layers' own tables keyed by driver (what they count per driver context): they drop
+    that driver's entries. A listener must not raise and must not call any driver.
+    """
+    with _lock:
+        _forgotten_listeners.append(listener)
 
 
 def on_driver_change(listener: Callable[[Any], None]) -> None:

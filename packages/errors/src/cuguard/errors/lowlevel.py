@@ -22,7 +22,8 @@ patch release never removes or changes one.
 - cuguard's one kind of lock, under which a garbage collection defers its
   releases to the release thread (S2): :func:`deferring_lock`
   (:class:`DeferringLock`), :func:`collection_deferred`.
-- What the layers keep per driver: :func:`driver_state`, :func:`forget_driver`,
+- What the layers keep per driver: :func:`driver_state`, :func:`forget_driver` (and
+  :func:`on_driver_forgotten` for tables of their own),
   :func:`on_driver_change`; the seam's route for a compiled fast path:
   :func:`on_route_change`; the process's default driver:
   :data:`DRIVER_VARIABLE`, :func:`default_driver_choice`.
@@ -66,6 +67,7 @@ from cuguard.errors._seam import (
     driver_state,
     forget_driver,
     on_driver_change,
+    on_driver_forgotten,
     on_route_change,
 )
 from cuguard.errors._sticky import attributing
@@ -97,6 +99,7 @@ __all__ = [
     "is_driver_status",
     "is_integer",
     "on_driver_change",
+    "on_driver_forgotten",
     "on_route_change",
     "out_of_range",
     "refuse_construction",

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cuguard.errors import driver
-from cuguard.errors.lowlevel import collection_deferred, defer, deferring_lock
+from cuguard.errors.lowlevel import collection_deferred, defer, deferring_lock, on_driver_forgotten
 
 if TYPE_CHECKING:
     from cuguard.context import Context
@@ -308,6 +308,30 @@ def _forget(stream: Stream) -> None:
             _counts[key] = count
         else:
             _counts.pop(key, None)
+
+
+def _driver_forgotten(token: object) -> None:
+    """A driver is finished for good (a simulator closed): drop its captures, owner tables and waiters.
+
+    Its objects are refused for good (O3) and its handles may come again from the next
+    simulator: a capture it left counted must not hold back another driver's releases, nor its
+    owner table take in another driver's work.
+    """
+    with _lock:
+        for key in [k for k in _counts if k[0] is token]:
+            del _counts[key]
+        for key in [k for k in _watched if k[0] is token]:
+            del _watched[key]
+        for handle in [h for h, key in _began.items() if key[0] is token]:
+            del _began[handle]
+            owners = _tables.pop(handle, None)
+            if owners is not None:
+                for fork in [h for h, table in _tables.items() if table is owners]:
+                    del _tables[fork]
+        _waiting[:] = [r for r in _waiting if r._context._driver is not token]
+
+
+on_driver_forgotten(_driver_forgotten)
 
 
 def captured_into(stream: Stream) -> dict[int, object] | None:
