@@ -93,6 +93,12 @@ COVERAGE: dict[str, str] = {
     "errors.Unique()": "step:copy",
     # --- the layers' declared interfaces for the layers above (their lowlevel modules) ---
     **_rows(
+        "the lifecycle base of Resource and the graph classes: abstract (close and _collect are each "
+        "subclass's); its with-blocks, closes and collections are swept through every subclass's entries",
+        "errors.Owned()",
+        "errors.Owned.close",
+    ),
+    **_rows(
         "a lock type the layers make with deferring_lock; its use is swept through every locked operation",
         "errors.DeferringLock()",
         "errors.DeferringLock.acquire",
@@ -105,6 +111,7 @@ COVERAGE: dict[str, str] = {
         "resources.OwnerTable.copy",
         "resources.OwnerTable.keep",
         "resources.OwnerTable.merge",
+        "resources.OwnerTable.pop",
         "resources.retain",
         "resources.split_written",
         "resources.capture_began",
@@ -146,6 +153,7 @@ COVERAGE: dict[str, str] = {
         "errors.forget_driver",
         "errors.installed_driver",
         "errors.on_driver_change",
+        "errors.on_driver_forgotten",
         "errors.real_driver",
         "errors.use_driver",
     ),
