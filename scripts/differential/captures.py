@@ -547,3 +547,70 @@ def capture_host_function_node(d: Any) -> Obs:
         out.append(len(ran))
         d.cuGraphDestroy(graph)
     return out
+
+
+@scenario
+def capture_instantiate_by_mode(d: Any) -> Obs:
+    """cuGraphInstantiate of a one-node graph while a capture runs: in this thread's global, thread-local
+    or relaxed mode, in this thread's global capture with the thread exchanged to relaxed, and in
+    another thread's global or thread-local capture. Each: the instantiate's status, the capture's
+    status after it and how the capture ends."""
+    out: Obs = []
+    with Setup(d) as env:
+        s = env.stream(1)
+        graph = ok(d.cuGraphCreate(0))
+        ok(d.cuGraphAddEmptyNode(graph, None, 0))
+
+        def instantiate() -> str:
+            err, exe = d.cuGraphInstantiate(graph, 0)
+            if not int(err):
+                d.cuGraphExecDestroy(exe)
+            return name(err)
+
+        def finish(label: str, status: str) -> None:
+            ended, captured = end_capture(d, s)
+            if captured is not None:
+                d.cuGraphDestroy(captured)
+            out.append([label, status, ended])
+
+        modes = (
+            CAP.CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CAP.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CAP.CU_STREAM_CAPTURE_MODE_RELAXED,
+        )
+        try:
+            for mode in modes:
+                ok(d.cuStreamBeginCapture(s, mode))
+                status = instantiate()
+                out.append(capture_status(d, s))
+                finish(f"this thread {mode.name}", status)
+            ok(d.cuStreamBeginCapture(s, CAP.CU_STREAM_CAPTURE_MODE_GLOBAL))
+            old = d.cuThreadExchangeStreamCaptureMode(CAP.CU_STREAM_CAPTURE_MODE_RELAXED)
+            status = instantiate()
+            d.cuThreadExchangeStreamCaptureMode(old[1])
+            out.append(capture_status(d, s))
+            finish("this thread GLOBAL, exchanged to RELAXED", status)
+            for mode in modes[:2]:
+                began, done = threading.Event(), threading.Event()
+
+                def other(mode: Any = mode, began: threading.Event = began, done: threading.Event = done) -> None:
+                    d.cuCtxSetCurrent(env.ctx)
+                    d.cuStreamBeginCapture(s, mode)
+                    began.set()
+                    done.wait(10)
+                    ended, captured = end_capture(d, s)
+                    if captured is not None:
+                        d.cuGraphDestroy(captured)
+                    out.append(ended)
+                    d.cuCtxSetCurrent(B.CUcontext(0))
+
+                thread = threading.Thread(target=other)
+                thread.start()
+                began.wait(10)
+                out.append([f"another thread {mode.name}", instantiate()])
+                done.set()
+                thread.join()
+        finally:
+            end_captures_quietly(d, s)
+            d.cuGraphDestroy(graph)
+    return out

@@ -170,6 +170,34 @@ def test_the_users_own_allocation_keeps_cudas_rule(cuguard_driver: Any, dev: Dev
     builder.close()
 
 
+@pytest.mark.contract("G6", "G1")
+def test_the_users_own_instantiate_keeps_cudas_rule(cuguard_driver: Any, dev: Device, stream: Stream) -> None:
+    # cuGraphInstantiate is a potentially unsafe call: an H200 refuses it in a thread whose global
+    # capture prohibits them (differential scenario capture_instantiate_by_mode), and in relaxed mode
+    # it is allowed. An instantiate is the user's own work: cuguard keeps CUDA's rule for it.
+    from cuguard.graphs import GraphDefinition, capture_mode
+
+    g = GraphDefinition(dev)
+    g.empty()
+    builder = GraphBuilder(stream).begin_building()
+    with record_calls() as log, pytest.raises(CUDAError) as info:
+        g.instantiate()
+    assert (info.value.code, info.value.call) == (UNSUPPORTED, "cuGraphInstantiate")
+    assert [c.name for c in log if c.name.startswith("cuGraphInstantiate")] == ["cuGraphInstantiate"]
+    assert builder.status == "invalidated"
+    with pytest.raises(CUDAError):
+        builder.end_building()
+    builder.close()
+    builder = GraphBuilder(stream, mode="relaxed").begin_building()
+    with capture_mode("relaxed"):
+        graph = g.instantiate()  # the thread asked for relaxed mode: allowed, the capture goes on
+    assert builder.status == "active"
+    builder.end_building()
+    builder.close()
+    graph.close()
+    g.close()
+
+
 # --- E5: fault attribution and capture ---------------------------------------------------------------------
 
 

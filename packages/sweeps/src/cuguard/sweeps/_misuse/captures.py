@@ -122,6 +122,10 @@ MEMORY_OPS = frozenset(
         *(f"resources.{cls}.allocate" for cls in ("VirtualMemoryResource", "LegacyPinnedMemoryResource")),
     }
 )
+#: Operations whose requested work instantiates a graph: cuGraphInstantiate is a potentially unsafe
+#: call (an H200 refuses it under a capture that prohibits the thread's unsafe calls).
+INSTANTIATE_OPS = frozenset({"graphs.GraphDefinition.instantiate", "graphs.GraphBuilder.complete"})
+INSTANTIATES = frozenset({"cuGraphInstantiate", "cuGraphInstantiateWithFlags"})
 #: Operations that destroy a stream or context on request.
 DESTROY_OPS = frozenset(
     {
@@ -142,6 +146,8 @@ def legitimate(op: str) -> frozenset[str]:
         calls |= SYNCS
     if base in MEMORY_OPS:
         calls |= UNSAFE | SYNCS
+    if base in INSTANTIATE_OPS:
+        calls |= INSTANTIATES
     if base in DESTROY_OPS:
         calls |= DESTROYS
         if base.startswith("context.Context."):

@@ -42,7 +42,9 @@ Rules (documented in the CUDA driver API unless marked assumed):
   mode is also prohibited while another thread has a capture begun in global
   mode; a thread in relaxed mode never is. The captures that prohibited the
   call are invalidated (assumed). ``cuMemAllocManaged`` is one of them (as on
-  an H200), and so is ``cuMemPoolCreate`` (an H200 refused it in a thread in
+  an H200), and so are ``cuGraphInstantiate`` and ``cuGraphInstantiateWithFlags``
+  (an H200 refused them under each prohibition, differential scenario
+  capture_instantiate_by_mode), and ``cuMemPoolCreate`` (an H200 refused it in a thread in
   global mode while another thread captured in global mode, and that capture
   was invalidated), and so is ``cuGraphExecDestroy`` (an H200 refused it in
   the capturing thread during its global-mode capture, which was invalidated;
@@ -704,6 +706,8 @@ for _name, _outputs in (
     ("cuMemPoolCreate", 1),
     ("cuCtxSynchronize", 0),
     ("cuGraphExecDestroy", 0),
+    ("cuGraphInstantiate", 1),
+    ("cuGraphInstantiateWithFlags", 1),
     ("cuMemcpy", 0),
     ("cuMemcpyHtoD", 0),
     ("cuMemcpyDtoH", 0),
