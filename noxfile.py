@@ -37,6 +37,7 @@ Sessions
   sample (:data:`SWEEP_SAMPLE`: every operation's fault-free run, one failure point of every
   operation in every failure mode, the rest at random; a few minutes on 2 cores);
   ``nox -s sweep -- --full`` runs every case (several times longer).
+- ``sweep_full`` (tagged long): the same sweep with every case (about ten minutes on 2 cores).
 - ``gcsweep``: the garbage-collection point sweep (contract B6), ``scripts/gcsweep``, on a
   fixed seeded sample (:data:`GC_SWEEP_SAMPLE`: a collection of prepared garbage forced at one
   driver call and one lock acquisition of every operation, the rest at random; about three
@@ -82,8 +83,8 @@ PACKAGES_DIR = ROOT / "packages"
 
 # What the default run (`nox`) runs, in this order: every check, each package's tests and the contract
 # suite with the default cuda-bindings major (DEFAULT_BINDINGS_MAJOR, below). The other major's test and
-# contract sessions and the compiled fast path's session are tagged "long": `nox -t long` runs them, and
-# `.ci/run` runs both.
+# contract sessions, the compiled fast path's session and the full failure-point sweep are tagged "long":
+# `nox -t long` runs them, and `.ci/run` runs both.
 LONG_TAG = "long"
 
 # Tool versions are pinned so that a new release of a checker cannot break a clean tree.
@@ -416,6 +417,20 @@ def sweep(session: nox.Session) -> None:
     if "--json" not in args:
         args += ["--json", str(out)]
     session.run("python", str(ROOT / "scripts" / "sweep"), "--quiet", *args)
+
+
+@nox.session(tags=[LONG_TAG])
+def sweep_full(session: nox.Session) -> None:
+    """The failure-point sweep (contract B5) on the simulated driver, every case (tagged long).
+
+    ``scripts/sweep --full`` in one process per CPU core: every operation x every driver call it
+    makes x each failure mode. Fails on any violation or non-deterministic case.
+    """
+    _install_local(session, _closure([SWEEPS_DIST]), BINDINGS[DEFAULT_BINDINGS_MAJOR], *TEST_TOOLS)
+    tmp = Path(session.create_tmp()).resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
+    args = ["--full", "--quiet", "--json", str(tmp / "sweep-full-sim.json"), *session.posargs]
+    session.run("python", str(ROOT / "scripts" / "sweep"), *args)
 
 
 @nox.session
