@@ -28,7 +28,9 @@ from cuguard.errors import CUDAWarning, driver
 from cuguard.resources import (
     Device,
     DeviceMemoryResource,
+    DeviceMemoryResourceOptions,
     ManagedMemoryResource,
+    PinnedMemoryResource,
     VirtualMemoryResource,
 )
 from cuguard.resources._captures import capture_began, capture_ended
@@ -286,3 +288,41 @@ def test_a_refused_exchange_of_the_capture_mode_leaks_the_collected_memory(cugua
     assert any("cuThreadExchangeStreamCaptureMode" in m and "leaked" in m for m in messages), messages
     if isinstance(cuguard_driver, SimulatedDriver):
         assert not _freed(cuguard_driver, handle)  # leaked on purpose (W5), reported above
+
+
+@pytest.mark.contract("W5", "G6")
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned-pool", "device-pool"])
+def test_a_pool_closed_while_its_last_buffer_waits_for_a_capture_is_destroyed_after_it(
+    cuguard_driver: Any, device: Device, pinned: bool
+) -> None:
+    # A buffer closed during a capture of its context waits (its free synchronizes the context);
+    # it is not leaked, so closing its pool meanwhile only marks the pool for destruction, and the
+    # pool goes right after the buffer's free. Before, the waiting buffer counted as leaked and the
+    # pool was leaked with it for good (found by the misuse sweep, random engine, seed 11).
+    mr = PinnedMemoryResource(device) if pinned else DeviceMemoryResource(device, DeviceMemoryResourceOptions())
+    buf = mr.allocate(64)  # no stream: freed after a context synchronization
+    pool = int(mr.handle)
+    stream = device.create_stream(non_blocking=True)
+    device.set_current()
+    _begin(stream)
+    capture_began(stream, {})  # as GraphBuilder.begin_building does
+    counted = True
+    try:
+        buf.close()
+        assert mr.leaked == 0  # waiting, not leaked
+        with record_calls() as log:
+            mr.close()
+        assert "cuMemPoolDestroy" not in [c.name for c in log]  # a buffer is still allocated
+        _end_with_a_graph(stream)
+        with record_calls() as log:
+            counted = False
+            capture_ended(stream)
+        names = [c.name for c in log]
+        assert names.index("cuMemPoolDestroy") > names.index("cuCtxSynchronize"), names
+        assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
+        if isinstance(cuguard_driver, SimulatedDriver):
+            assert not [o for o in cuguard_driver.live_objects() if o.handle == pool]
+    finally:
+        if counted:
+            capture_ended(stream)
+    stream.close()

@@ -422,6 +422,14 @@ def waiting_count() -> int:
     return len(_waiting)
 
 
+def waiting_ids() -> set[int]:
+    """The ``id`` of each release waiting for a capture to end (for accounting; cheap when none waits)."""
+    if not _waiting:
+        return set()
+    with _lock:
+        return {id(resource) for resource in _waiting}
+
+
 def generation() -> int:
     """How many captures (or forks' parts) have ended so far: read it before asking whether a release must wait."""
     return _ended[0]

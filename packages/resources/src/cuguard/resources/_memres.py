@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from cuguard.errors import ResourceClosedError
 from cuguard.errors.lowlevel import Unique, wrong_kind
+from cuguard.resources import _captures
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream
 
@@ -142,8 +143,17 @@ class MemoryResource(Unique, abc.ABC, Generic[B]):
 
     @property
     def leaked(self) -> int:
-        """Bytes of this resource's buffers that were leaked (a refused release, or a destroyed context)."""
-        gone: int = sum(buf._size for buf in list(self._live) if buf._closed and not buf._release_deferred)
+        """Bytes of this resource's buffers that were leaked (a refused release, or a destroyed context).
+
+        A buffer closed for use whose free waits (for a graph to let go of it, or for a capture to
+        end, G6) is not leaked: it is freed when that wait is over.
+        """
+        waiting = _captures.waiting_ids()
+        gone: int = sum(
+            buf._size
+            for buf in list(self._live)
+            if buf._closed and not buf._release_deferred and id(buf) not in waiting
+        )
         return self._leaked + gone
 
     # --- hooks for subclasses and for the buffers --------------------------------------
