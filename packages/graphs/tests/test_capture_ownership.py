@@ -469,3 +469,32 @@ def test_collected_virtual_memory_with_an_open_stream_waits_for_a_capture_of_its
     assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
     builder.close()
     other.close()
+
+
+@pytest.mark.contract("G6", "W5")
+def test_a_builder_on_a_stream_whose_destroy_was_refused_still_ends_its_capture(dev: Device) -> None:
+    # The stream is closed for use but leaked: the driver stream still exists and still captures.
+    # Closing the builder ends that capture (before, it assumed the stream destroyed, forgot the
+    # capture, and a later collection's cuCtxSynchronize met the capture still going on in the
+    # driver; found by the misuse sweep, random engine, seed 29).
+    from cuguard.errors import CUDAError
+    from cuguard.resources import VirtualMemoryResource
+    from cuguard.testing import inject
+
+    INVALID_VALUE = 1
+    stream = dev.create_stream(non_blocking=True)
+    builder = GraphBuilder(stream).begin_building()
+    handle = stream.handle
+    with inject("cuStreamDestroy", INVALID_VALUE), pytest.raises(CUDAError):
+        stream.close()  # refused: leaked, still capturing
+    with record_calls() as log:
+        builder.close()
+    assert "cuStreamEndCapture" in [c.name for c in log]
+    err, status = driver.cuStreamIsCapturing(handle)
+    assert (int(err), int(status)) == (0, 0)  # the capture is over
+    buf = VirtualMemoryResource(dev).allocate(64)
+    with record_calls() as log:
+        del buf  # its free synchronizes the context: nothing captures any more
+        gc.collect()
+    assert [c.status for c in log if c.name == "cuCtxSynchronize"] == [0]
+    assert not driver.cuStreamDestroy(handle)[0]  # the test's own clean-up of the leaked stream

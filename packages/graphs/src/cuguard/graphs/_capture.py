@@ -52,6 +52,7 @@ from cuguard.resources.lowlevel import (
     graph_let_go,
     retain,
     split_written,
+    stream_undestroyed,
 )
 
 __all__ = ["CAPTURE_MODES", "GraphBuilder", "capture_mode", "exchange_capture_mode"]
@@ -520,12 +521,13 @@ class GraphBuilder(CaptureBranches, _Collected):
         A stream cuguard destroyed, or whose context refuses use, is not touched: its capture
         went with it (the driver ends a capture whose stream is destroyed), and a stream of a
         destroyed context must never reach the driver (S2). A closed wrapper of a foreign
-        stream it keeps alive is ended: closing the wrapper destroyed nothing.
+        stream it keeps alive is ended: closing the wrapper destroyed nothing; so is a stream
+        closed whose destroy was refused (leaked, it still captures).
         """
         stream = self._stream
         if stream._context._closed:
             return 0, "cuStreamEndCapture"
-        if stream._closed and (stream._owned or stream._lender is None):
+        if stream._closed and (stream._owned or stream._lender is None) and not stream_undestroyed(stream):
             return 0, "cuStreamEndCapture"
         # Open, or a closed wrapper of a stream made elsewhere that it still keeps alive (its lender):
         # closing the wrapper destroyed nothing, so the capture goes on in the driver until ended here.

@@ -422,6 +422,16 @@ def waiting_count() -> int:
     return len(_waiting)
 
 
+# Streams cuguard closed for use without destroying them (their destroy was refused, or handed to the
+# release thread from inside a host function): a capture on one goes on in the driver.
+_undestroyed: weakref.WeakSet[Stream] = weakref.WeakSet()
+
+
+def stream_undestroyed(stream: Stream) -> bool:
+    """Whether ``stream`` was closed without its driver stream being destroyed (a capture on it goes on)."""
+    return bool(_undestroyed) and stream in _undestroyed
+
+
 def waiting_ids() -> set[int]:
     """The ``id`` of each release waiting for a capture to end (for accounting; cheap when none waits)."""
     if not _waiting:

@@ -168,9 +168,11 @@ class Stream(Resource):
         except CUDAError:
             if not in_driver_callback():
                 raise
+            _captures._undestroyed.add(self)  # until the release thread destroyed it
             self._close_in_callback()  # refused inside a host function: the release thread destroys it (O5)
             return
         if err:
+            _captures._undestroyed.add(self)  # leaked: a capture on it goes on in the driver
             self._release_failed(err, "cuStreamDestroy")
         elif self._may_capture and _captures._began and _captures.stream_destroyed(self):
             _captures.release_waiting()  # a capture that could not be ended went with its stream
@@ -215,7 +217,12 @@ class Stream(Resource):
     def _release(self, raising: bool) -> tuple[Any, str]:
         # The driver destroys a stream whatever context is current.
         (err,) = driver.cuStreamDestroy(self._handle)
-        if not err and self._may_capture and _captures._began:
+        if err:
+            _captures._undestroyed.add(self)  # leaked: a capture on it goes on in the driver
+            return err, "cuStreamDestroy"
+        if _captures._undestroyed:
+            _captures._undestroyed.discard(self)  # destroyed at last (by the release thread)
+        if self._may_capture and _captures._began:
             _captures.stream_destroyed(self)  # the waiting releases run at the end of the collection
         return err, "cuStreamDestroy"
 

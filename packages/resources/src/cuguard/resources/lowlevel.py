@@ -14,7 +14,9 @@ Captures (G6, W5): what a capture's work uses, and the releases that wait for it
 - :func:`capture_began`, :func:`capture_joined`, :func:`capture_left`,
   :func:`capture_ended`: a capture cuguard runs starts on a stream, a fork's
   stream joins or leaves it, it ends (the releases that waited for it run).
-- :func:`waiting_count`: how many releases wait for a capture to end.
+- :func:`waiting_count`: how many releases wait for a capture to end;
+  :func:`stream_undestroyed`: whether a closed stream's driver stream still exists (its destroy
+  was refused or is still to come), so that a capture on it goes on.
 - :func:`add_close_guard`: register a check that memory must not be freed
   now (a graph that may still run uses it); :func:`graph_let_go`: a graph or
   capture let go of objects (memory closed meanwhile is freed now).
@@ -47,6 +49,7 @@ from cuguard.resources._captures import (
     capture_left,
     retain,
     split_written,
+    stream_undestroyed,
     waiting_count,
 )
 from cuguard.resources._fast import follow_fastpath
@@ -69,6 +72,7 @@ __all__ = [
     "race",
     "retain",
     "split_written",
+    "stream_undestroyed",
     "unprohibited",
     "waiting_count",
 ]

@@ -114,6 +114,7 @@ COVERAGE: dict[str, str] = {
         "resources.OwnerTable.pop",
         "resources.retain",
         "resources.split_written",
+        "resources.stream_undestroyed",
         "resources.capture_began",
         "resources.capture_ended",
         "resources.capture_joined",
