@@ -326,3 +326,38 @@ def test_a_pool_closed_while_its_last_buffer_waits_for_a_capture_is_destroyed_af
         if counted:
             capture_ended(stream)
     stream.close()
+
+
+@pytest.mark.contract("G6", "W5")
+def test_virtual_memory_closed_on_a_stream_waits_for_a_capture_elsewhere_in_its_context(
+    cuguard_driver: Any, device: Device
+) -> None:
+    # Its free synchronizes the context whatever stream close() names: a capture on any stream of
+    # the context is in the way, not only one on that stream. Before, naming a stream that did not
+    # capture freed at once, and the synchronization broke the capture (misuse sweep, seed 23).
+    vmm = VirtualMemoryResource(device)
+    buf = vmm.allocate(64)
+    handle = _handle_of(buf)
+    other = device.create_stream(non_blocking=True)
+    stream = device.create_stream(non_blocking=True)
+    device.set_current()
+    _begin(stream)
+    capture_began(stream, {})  # as GraphBuilder.begin_building does
+    counted = True
+    try:
+        with record_calls() as log:
+            buf.close(stream=other)
+        assert "cuCtxSynchronize" not in [c.name for c in log]  # waits: the capture goes on
+        if isinstance(cuguard_driver, SimulatedDriver):
+            assert not _freed(cuguard_driver, handle)
+        _end_with_a_graph(stream)
+        with record_calls() as log:
+            counted = False
+            capture_ended(stream)
+        assert [c.status for c in log if c.name == "cuCtxSynchronize"] == [0]
+        assert _freed(cuguard_driver, handle)
+    finally:
+        if counted:
+            capture_ended(stream)
+    stream.close()
+    other.close()

@@ -118,8 +118,10 @@ def _capture_wait(buffer: Any, stream: Stream | None) -> bool:
     if stream is None or stream._closed:
         mr = buffer._mr
         stream = mr._free_stream(buffer) if mr is not None else getattr(buffer, "_stream", None)
-    if stream is not None and not stream._closed:
-        return _captures.stream_capturing(stream)
+    if stream is not None and not stream._closed and _captures.stream_capturing(stream):
+        return True
+    # A free that synchronizes the context first (virtual memory's, whatever stream was named) meets
+    # every capture of that context, not only one on the stream.
     return bool(buffer._frees_after_context_sync()) and _captures.context_capturing(buffer._context)
 
 
