@@ -17,9 +17,10 @@ Every allocation is made before the capture begins: ``cuMemHostAlloc`` and
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -109,6 +110,34 @@ def _end_with_a_graph(stream: Any) -> None:
     assert _end(stream) == (1, 0)  # CU_STREAM_CAPTURE_STATUS_ACTIVE, CUDA_SUCCESS
 
 
+@contextlib.contextmanager
+def _counted_capture(device: Device) -> Iterator[Callable[[], list[Any]]]:
+    """A capture cuguard counts (``capture_began``, as ``GraphBuilder.begin_building`` does) on a new stream.
+
+    Yields ``end``: it checks the capture went on undisturbed (it ends with a graph), counts it down
+    (``capture_ended``: the releases that waited for it run) and returns the driver calls of that.
+    """
+    stream = device.create_stream(non_blocking=True)
+    device.set_current()
+    _begin(stream)
+    capture_began(stream, {})
+    counted = [True]
+
+    def end() -> list[Any]:
+        _end_with_a_graph(stream)
+        with record_calls() as log:
+            counted[0] = False
+            capture_ended(stream)
+        return log
+
+    try:
+        yield end
+    finally:
+        if counted[0]:
+            capture_ended(stream)
+    stream.close()
+
+
 def _handle_of(obj: Any) -> int:
     return int(obj._handle)
 
@@ -154,30 +183,18 @@ def test_collecting_memory_freed_after_a_context_sync_waits_for_the_captures_cug
     keep: list[Any] = []
     obj = MAKERS[kind](device, keep)
     handle = _handle_of(obj)
-    stream = device.create_stream(non_blocking=True)
-    device.set_current()
-    _begin(stream)
-    capture_began(stream, {})  # as GraphBuilder.begin_building does
-    counted = True
-    try:
+    with _counted_capture(device) as end:
         with record_calls() as log:
             del obj
             gc.collect()
         assert "cuCtxSynchronize" not in [c.name for c in log]  # deferred: not asked during the capture
         if isinstance(cuguard_driver, SimulatedDriver):
             assert not _freed(cuguard_driver, handle)
-        _end_with_a_graph(stream)  # the capture went on undisturbed
-        with record_calls() as log:
-            counted = False
-            capture_ended(stream)  # the last capture of the context: the collection runs now
+        log = end()  # the last capture of the context: the collection runs now
         names = [c.name for c in log]
         assert "cuCtxSynchronize" in names, names
         assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
         assert _freed(cuguard_driver, handle)
-    finally:
-        if counted:
-            capture_ended(stream)
-    stream.close()
 
 
 @pytest.mark.contract("G6", "W5")
@@ -302,30 +319,18 @@ def test_a_pool_closed_while_its_last_buffer_waits_for_a_capture_is_destroyed_af
     mr = PinnedMemoryResource(device) if pinned else DeviceMemoryResource(device, DeviceMemoryResourceOptions())
     buf = mr.allocate(64)  # no stream: freed after a context synchronization
     pool = int(mr.handle)
-    stream = device.create_stream(non_blocking=True)
-    device.set_current()
-    _begin(stream)
-    capture_began(stream, {})  # as GraphBuilder.begin_building does
-    counted = True
-    try:
+    with _counted_capture(device) as end:
         buf.close()
         assert mr.leaked == 0  # waiting, not leaked
         with record_calls() as log:
             mr.close()
         assert "cuMemPoolDestroy" not in [c.name for c in log]  # a buffer is still allocated
-        _end_with_a_graph(stream)
-        with record_calls() as log:
-            counted = False
-            capture_ended(stream)
+        log = end()
         names = [c.name for c in log]
         assert names.index("cuMemPoolDestroy") > names.index("cuCtxSynchronize"), names
         assert all(c.status == 0 for c in log), [(c.name, c.status) for c in log]
         if isinstance(cuguard_driver, SimulatedDriver):
             assert not [o for o in cuguard_driver.live_objects() if o.handle == pool]
-    finally:
-        if counted:
-            capture_ended(stream)
-    stream.close()
 
 
 @pytest.mark.contract("G6", "W5")
@@ -339,25 +344,12 @@ def test_virtual_memory_closed_on_a_stream_waits_for_a_capture_elsewhere_in_its_
     buf = vmm.allocate(64)
     handle = _handle_of(buf)
     other = device.create_stream(non_blocking=True)
-    stream = device.create_stream(non_blocking=True)
-    device.set_current()
-    _begin(stream)
-    capture_began(stream, {})  # as GraphBuilder.begin_building does
-    counted = True
-    try:
+    with _counted_capture(device) as end:
         with record_calls() as log:
             buf.close(stream=other)
         assert "cuCtxSynchronize" not in [c.name for c in log]  # waits: the capture goes on
         if isinstance(cuguard_driver, SimulatedDriver):
             assert not _freed(cuguard_driver, handle)
-        _end_with_a_graph(stream)
-        with record_calls() as log:
-            counted = False
-            capture_ended(stream)
-        assert [c.status for c in log if c.name == "cuCtxSynchronize"] == [0]
+        assert [c.status for c in end() if c.name == "cuCtxSynchronize"] == [0]
         assert _freed(cuguard_driver, handle)
-    finally:
-        if counted:
-            capture_ended(stream)
-    stream.close()
     other.close()
