@@ -71,3 +71,20 @@ def test_run_bounded_returns_raises_or_reports_a_hang() -> None:
             run_bounded(lambda: stuck.wait(30), 0.05, "the wait")
     finally:
         stuck.set()
+
+
+def test_the_helpers_refuse_wrong_arguments_before_doing_anything() -> None:
+    with pytest.raises(TypeError, match="timeout"):
+        settle(timeout="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        settle(timeout=0)
+    ran: list[int] = []
+    with pytest.raises(TypeError, match="fn"):
+        run_bounded(42, 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seconds"):
+        run_bounded(lambda: ran.append(1), True)
+    with pytest.raises(ValueError, match="seconds"):
+        run_bounded(lambda: ran.append(1), -1)
+    assert ran == []  # nothing ran
+    with simulated_driver() as sim, pytest.raises(TypeError, match="address"):
+        sim.allocation_pool("0x1000")  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ __all__ = [
     "RESTORE_CONTEXT",
     "DriverSeam",
     "active_driver",
+    "base_driver",
     "driver",
     "driver_state",
     "driver_token",
@@ -317,9 +318,7 @@ def install_driver(new: Any) -> Any:
         previous = _active
         old_token = _token
         _active = new
-        base = new
-        while base is not None and getattr(base, "wrapped_driver", None) is not None:
-            base = base.wrapped_driver
+        base = base_driver(new)
         _token = _REAL_TOKEN if base is None or _is_real_module(base) else base
         driver.__dict__.clear()
         changed = _token is not old_token
@@ -335,6 +334,16 @@ def _is_real_module(candidate: Any) -> bool:
     return candidate is _real or (
         isinstance(candidate, types.ModuleType) and candidate.__name__ == "cuda.bindings.driver"
     )
+
+
+def base_driver(drv: Any) -> Any:
+    """The driver under every wrapper of ``drv`` (each names the one it wraps in ``wrapped_driver``).
+
+    ``drv`` itself when it wraps nothing; ``None`` for ``None``. Never raises.
+    """
+    while drv is not None and getattr(drv, "wrapped_driver", None) is not None:
+        drv = drv.wrapped_driver
+    return drv
 
 
 def driver_token() -> Any:
@@ -437,8 +446,13 @@ def on_driver_forgotten(listener: Callable[[Any], None]) -> None:
     """Call ``listener(token)`` when :func:`forget_driver` drops the driver ``token`` for good.
 
     For the layers' own tables keyed by driver (what they count per driver context): they drop
-    that driver's entries. A listener must not raise and must not call any driver.
+    that driver's entries. A listener must not raise and must not call any driver. Anything
+    that is not callable raises ``TypeError``, at once.
     """
+    if not callable(listener):
+        from cuguard.errors._ownership import wrong_kind
+
+        raise wrong_kind("listener", "a callable", listener)
     with _lock:
         _forgotten_listeners.append(listener)
 

@@ -23,7 +23,8 @@ patch release never removes or changes one.
   releases to the release thread (S2): :func:`deferring_lock`
   (:class:`DeferringLock`), :func:`collection_deferred`.
 - What the layers keep per driver: :func:`driver_state`, :func:`forget_driver` (and
-  :func:`on_driver_forgotten` for tables of their own),
+  :func:`on_driver_forgotten` for tables of their own), :func:`base_driver` (the driver under
+  its wrappers),
   :func:`on_driver_change`; the seam's route for a compiled fast path:
   :func:`on_route_change`; the process's default driver:
   :data:`DRIVER_VARIABLE`, :func:`default_driver_choice`.
@@ -63,6 +64,7 @@ from cuguard.errors._ownership import (
 )
 from cuguard.errors._seam import (
     DRIVER_VARIABLE,
+    base_driver,
     default_driver_choice,
     driver_state,
     forget_driver,
@@ -84,6 +86,7 @@ __all__ = [
     "Owned",
     "Unique",
     "attributing",
+    "base_driver",
     "calls_where",
     "collection_deferred",
     "default_driver_choice",

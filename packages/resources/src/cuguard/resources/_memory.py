@@ -120,6 +120,8 @@ def _capture_wait(buffer: Any, stream: Stream | None) -> bool:
         stream = mr._free_stream(buffer) if mr is not None else getattr(buffer, "_stream", None)
     if stream is not None and not stream._closed and _captures.stream_capturing(stream):
         return True
+    if not (_captures._counts or _captures._watched):
+        return False  # no capture cuguard counts or could ask about, in any context
     # A free that synchronizes the context first (virtual memory's, whatever stream was named) meets
     # every capture of that context, not only one on the stream.
     return bool(buffer._frees_after_context_sync()) and _captures.context_capturing(buffer._context)

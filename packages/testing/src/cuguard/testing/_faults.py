@@ -33,7 +33,14 @@ from cuguard.errors import (
     installed_driver,
     is_sticky,
 )
-from cuguard.errors.lowlevel import DRIVER_FACTS, calls_where, deferring_lock, int_argument, status_argument
+from cuguard.errors.lowlevel import (
+    DRIVER_FACTS,
+    base_driver,
+    calls_where,
+    deferring_lock,
+    int_argument,
+    status_argument,
+)
 from cuguard.testing._sim.facts import STICKY_EXEMPT
 
 __all__ = [
@@ -184,11 +191,8 @@ class FaultProxy:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        library = inner
-        while getattr(library, "wrapped_driver", None) is not None:
-            library = library.wrapped_driver
         try:
-            self._missing = _MISSING.setdefault(library, set())
+            self._missing = _MISSING.setdefault(base_driver(inner), set())
         except TypeError:  # a driver object that takes no weak reference: nothing remembered
             self._missing = set()
         self.plans: list[FaultPlan] = []

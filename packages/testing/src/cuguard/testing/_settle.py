@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cuguard.errors import flush_deferred, installed_driver
+from cuguard.errors.lowlevel import base_driver, wrong_kind
 from cuguard.testing._sim import SimulatedDriver
 
 __all__ = ["assert_no_misuse", "run_bounded", "settle"]
@@ -23,13 +24,17 @@ __all__ = ["assert_no_misuse", "run_bounded", "settle"]
 
 def _simulator(drv: Any) -> SimulatedDriver | None:
     """The simulated driver ``drv`` is or wraps (a fault proxy over it), else ``None``."""
-    seen = 0
-    while drv is not None and seen < 16:
-        if isinstance(drv, SimulatedDriver):
-            return drv
-        drv = getattr(drv, "wrapped_driver", None)
-        seen += 1
-    return None
+    base = base_driver(drv)
+    return base if isinstance(base, SimulatedDriver) else None
+
+
+def _seconds(name: str, value: object) -> float:
+    """``value`` as a positive number of seconds: ``TypeError`` for another kind, ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise wrong_kind(name, "a number of seconds", value)
+    if not value > 0:
+        raise ValueError(f"{name} must be above 0 seconds, not {value!r}")
+    return float(value)
 
 
 def settle(drv: Any = None, timeout: float = 10.0) -> None:
@@ -39,8 +44,10 @@ def settle(drv: Any = None, timeout: float = 10.0) -> None:
     ``drv`` is the driver to settle (a :class:`SimulatedDriver`, a proxy over one, or the real
     driver); ``None`` means the installed one. Repeated three times, since a release can make
     garbage of its own (a graph dropping the buffers it kept). Raises ``TimeoutError`` when the
-    release thread has not caught up within ``timeout`` seconds of a round.
+    release thread has not caught up within ``timeout`` seconds of a round; a ``timeout`` that is
+    not a number raises ``TypeError``, one not above 0 ``ValueError``, before anything is done.
     """
+    timeout = _seconds("timeout", timeout)
     sim = _simulator(installed_driver() if drv is None else drv)
     for _ in range(3):
         gc.collect()
@@ -74,7 +81,14 @@ def assert_no_misuse(drv: Any = None) -> None:
 
 def run_bounded(fn: Callable[[], object], seconds: float, what: str = "the call") -> None:
     """Run ``fn()`` on a daemon thread; fail with ``AssertionError`` when it has not returned after
-    ``seconds`` (a hang: the thread is left behind), and raise what ``fn`` raised otherwise."""
+    ``seconds`` (a hang: the thread is left behind), and raise what ``fn`` raised otherwise.
+
+    An ``fn`` that is not callable or ``seconds`` that are not a number raise ``TypeError``,
+    ``seconds`` not above 0 ``ValueError``, before the thread starts.
+    """
+    if not callable(fn):
+        raise wrong_kind("fn", "a callable", fn)
+    seconds = _seconds("seconds", seconds)
     failure: list[BaseException] = []
 
     def run() -> None:

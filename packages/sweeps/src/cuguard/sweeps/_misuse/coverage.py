@@ -149,6 +149,7 @@ COVERAGE: dict[str, str] = {
     **_rows(
         _SEAM,
         "errors.active_driver",
+        "errors.base_driver",
         "errors.driver_state",
         "errors.driver_token",
         "errors.forget_driver",

@@ -387,10 +387,13 @@ class SimPools(SimCore):
         """The handle of the memory pool the live allocation at ``address`` came from, else ``None``.
 
         ``None`` too for memory of no pool (``cuMemAlloc``...) and for an address that is no
-        allocation's base. A query of the simulator's books: no driver call is made or recorded.
+        allocation's base; ``TypeError`` for an ``address`` that is not an int. A query of the
+        simulator's books: no driver call is made or recorded.
         """
+        if isinstance(address, bool) or not isinstance(address, int):
+            raise TypeError(f"address must be an int, not {type(address).__name__}")
         with self._lock:
-            pool = self._pool_of.get(int(address))
+            pool = self._pool_of.get(address)
             return None if pool is None or pool.destroyed else pool.handle
 
     @api(1)
