@@ -2,8 +2,9 @@
 
 ``nox`` runs the default sessions: every check, with each package's tests and the contract suite
 on the default cuda-bindings major (13), the test suites on every core (pytest-xdist). ``nox -t long``
-runs the rest: the same tests and contract suite on the other major (12.9.x) and the compiled fast
-path's session. ``.ci/run`` runs both. ``nox -l`` lists them all (``[long]`` marks the tagged ones).
+runs the rest: the same tests and contract suite on the other major (12.9.x), and the tests of the
+compiled build on both majors. ``.ci/run`` runs both. ``nox -l`` lists them all (``[long]`` marks the
+tagged ones).
 
 Sessions
 --------
@@ -15,8 +16,14 @@ Sessions
   fresh environment holding only that package, the cuguard layers it depends on,
   cuguard-testing (once it exists), the test tools and, where the resources layer is
   installed, that major's NVRTC and nvJitLink; runs that package's ``tests/`` on every core.
-  The simulated driver follows the signatures of the installed cuda-bindings. The sessions
-  of the other major and the fast path's are tagged ``long``.
+  The simulated driver follows the signatures of the installed cuda-bindings. These are the
+  tests of the pure-Python build (``CUGUARD_PURE_PYTHON=1``); the other major's are tagged ``long``.
+- ``compiled(cuda<major>)`` (tagged long): the tests of the compiled build. cuguard-resources is
+  built as a wheel with its compiled extension (``CUGUARD_REQUIRE_COMPILED=1``: no fallback),
+  installed beside the other layers, and the resources, graphs and testing packages' tests and
+  the contract suite run with it (the compiled build's own tests, ``test_compiled.py``, run its
+  hot operations against a no-op driver library; on the simulated driver every call takes the
+  Python path, as in the pure build).
 - ``demo``: runs the README's tour (``examples/tour.py``) with the runtime layers and
   cuguard-testing installed; with no GPU it runs on the simulated driver.
 - ``differential(cuda<major>)``: runs the simulator-versus-driver scenarios
@@ -31,8 +38,11 @@ Sessions
 - ``install``: runs the README's install-from-a-clone line in a fresh environment and imports
   every layer.
 - ``build``: builds the sdist and wheel of every package and of the meta-package in
-  isolation (dependencies from the index, never from the tree), then
-  ``.ci/check_dists.py`` checks the built metadata against the tree.
+  isolation (dependencies from the index, never from the tree), and the pure-Python wheel of
+  each package with a compiled build (``CUGUARD_PURE_PYTHON=1``); ``.ci/check_dists.py``
+  checks the built metadata against the tree and the wheels' tags and contents; then the
+  compiled and the pure wheels are each installed, binaries only, in a fresh environment and
+  imported (``cuguard.resources.compiled`` must say which build it is).
 - ``sweep``: the failure-point sweep (contract B5), ``scripts/sweep``, on a fixed seeded
   sample (:data:`SWEEP_SAMPLE`: every operation's fault-free run, one failure point of every
   operation in every failure mode, the rest at random; a few minutes on 2 cores);
@@ -83,7 +93,7 @@ PACKAGES_DIR = ROOT / "packages"
 
 # What the default run (`nox`) runs, in this order: every check, each package's tests and the contract
 # suite with the default cuda-bindings major (DEFAULT_BINDINGS_MAJOR, below). The other major's test and
-# contract sessions, the compiled fast path's session and the full failure-point sweep are tagged "long":
+# contract sessions, the compiled build's test sessions and the full failure-point sweep are tagged "long":
 # `nox -t long` runs them, and `.ci/run` runs both.
 LONG_TAG = "long"
 
@@ -104,10 +114,11 @@ DEFAULT_BINDINGS_MAJOR = 13
 TESTING_DIST = "cuguard-testing"
 # cuguard's own sweeps of its contract: above every layer and cuguard-testing, unpublished.
 SWEEPS_DIST = "cuguard-sweeps"
-# The optional compiled fast path (a C extension): no layer depends on it, the README's install line
-# leaves it out, and its test session builds it and runs the layers' tests with it installed.
-FASTPATH_DIST = "cuguard-fastpath"
-OPTIONAL_DISTS = {FASTPATH_DIST}
+# The package with a compiled build (a Cython extension added to its wheel by its hatch_build.py), and the
+# environment variables its build and tests read: pure Python forced, the compiled build required.
+COMPILED_DIST = "cuguard-resources"
+PURE_VARIABLE = "CUGUARD_PURE_PYTHON"
+REQUIRE_COMPILED_VARIABLE = "CUGUARD_REQUIRE_COMPILED"
 # Compiler and linker libraries: the contract suite's E2 test compiles and links on machines with no GPU.
 # Each cuda-bindings major loads its own major of the libraries (12.x ships them as -cu12 wheels).
 COMPILER_LIBRARIES = {
@@ -177,7 +188,7 @@ BY_LAYER = {package.layer: package for package in PACKAGES.values()}
 DEFAULT_SESSIONS = [
     "lint",
     "typecheck",
-    *(f"tests({p.layer}-cuda{DEFAULT_BINDINGS_MAJOR})" for p in PACKAGES.values() if p.dist != FASTPATH_DIST),
+    *(f"tests({p.layer}-cuda{DEFAULT_BINDINGS_MAJOR})" for p in PACKAGES.values()),
     f"contract(cuda{DEFAULT_BINDINGS_MAJOR})",
     "demo",
     "differential",
@@ -213,21 +224,17 @@ def _install_local(session: nox.Session, packages: list[Package], *extra: str, d
     session.install(*([] if deps else ["--no-deps"]), *editables, *extra)
 
 
-def _tags(major: int, dist: str = "") -> list[str]:
-    """``["long"]`` for a session outside the default run: another major than the default, the fast path."""
-    return [LONG_TAG] if major != DEFAULT_BINDINGS_MAJOR or dist == FASTPATH_DIST else []
+def _tags(major: int) -> list[str]:
+    """``["long"]`` for a session outside the default run: another major than the default."""
+    return [LONG_TAG] if major != DEFAULT_BINDINGS_MAJOR else []
 
 
 def _test_params() -> list[object]:
-    params: list[object] = []
-    for package in PACKAGES.values():
-        # The fast path's C entry points are checked against one major's signatures: one session.
-        majors = [DEFAULT_BINDINGS_MAJOR] if package.dist == FASTPATH_DIST else sorted(BINDINGS)
-        params.extend(
-            nox.param(package.layer, major, id=f"{package.layer}-cuda{major}", tags=_tags(major, package.dist))
-            for major in majors
-        )
-    return params
+    return [
+        nox.param(package.layer, major, id=f"{package.layer}-cuda{major}", tags=_tags(major))
+        for package in PACKAGES.values()
+        for major in sorted(BINDINGS)
+    ]
 
 
 def _major_params(long_other: bool = True) -> list[object]:
@@ -241,22 +248,17 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
     """Run one package's tests/ with only that package and the layers below it installed.
 
     The testing package's tests get every runtime layer: they test the simulator and the plugin
-    on cuguard programs. The sweeps package depends on every layer and cuguard-testing. The fast
-    path's session builds its C extension (a wheel, not editable), installs it beside every
-    runtime layer, runs its own tests (the compiled path against a no-op driver
-    library built from ``packages/fastpath/tests/stub``), then the context, resources and graphs
-    tests with the extension importable (on the simulated driver those take the Python path).
+    on cuguard programs. The sweeps package depends on every layer and cuguard-testing. Every
+    layer is installed editable, and ``CUGUARD_PURE_PYTHON=1`` keeps these the tests of the
+    pure-Python build even where an extension was built in place (``compiled`` runs the other).
     """
     package = BY_LAYER[layer]
-    if package.dist == FASTPATH_DIST:
-        _fastpath_tests(session, package, bindings)
-        return
     wanted = [package.dist] + ([TESTING_DIST] if TESTING_DIST in PACKAGES else [])
     if layer == "testing":
         # cuguard-testing itself depends on the errors layer only (import-linter checks that in
         # lint), but its tests drive every runtime layer through the simulator: the plugin and
         # the leak checks are tested on real cuguard programs.
-        wanted = [p.dist for p in PACKAGES.values() if p.dist not in {SWEEPS_DIST, *OPTIONAL_DISTS}]
+        wanted = [p.dist for p in PACKAGES.values() if p.dist != SWEEPS_DIST]
     installed = _closure(wanted)
     # Where the resources layer is installed, tests compile kernels (Program) with no GPU: they
     # need the compiler and linker libraries of the cuda-bindings major under test.
@@ -264,20 +266,41 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
     _install_local(session, installed, BINDINGS[bindings], *compilers, *TEST_TOOLS)
     session.run("python", "-c", "import cuda.bindings; print('cuda-bindings', cuda.bindings.__version__)")
     session.chdir(package.path)
-    session.run("pytest", *PARALLEL, "tests", *session.posargs)
+    session.run("pytest", *PARALLEL, "tests", *session.posargs, env={PURE_VARIABLE: "1"})
 
 
-def _fastpath_tests(session: nox.Session, package: Package, bindings: int) -> None:
-    layers = [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS]
-    _install_local(session, layers, BINDINGS[bindings], *COMPILER_LIBRARIES[bindings], *TEST_TOOLS)
-    session.install("--no-deps", str(package.path))  # builds the extension: a C compiler is needed
-    session.run("python", "-c", "import cuguard.fastpath as f; print('cuguard.fastpath:', f.status())")
-    session.chdir(package.path)
-    # Required here: a fast path that is off fails its tests instead of skipping them.
-    session.run("pytest", *PARALLEL, "tests", *session.posargs, env={"CUGUARD_FASTPATH_REQUIRED": "1"})
-    for layer in ("context", "resources", "graphs"):
+@nox.session(tags=[LONG_TAG])
+@nox.parametrize("bindings", _major_params(long_other=False))
+def compiled(session: nox.Session, bindings: int) -> None:
+    """The tests of the compiled build: every package that uses it, and the contract suite.
+
+    cuguard-resources is installed as a wheel built with its compiled extension
+    (``CUGUARD_REQUIRE_COMPILED=1``: a build that cannot compile fails instead of falling back;
+    a C compiler is needed), in one command with every other layer and cuguard-testing editable.
+    Then the resources, graphs and testing packages' tests and the cross-layer contract suite run,
+    with the compiled build required (its own tests fail rather than skip). The layers below
+    (errors, context) have no compiled code: their tests are the same in both builds.
+    """
+    compiled_package = PACKAGES[COMPILED_DIST]
+    others = [p for p in PACKAGES.values() if p.dist not in {COMPILED_DIST, SWEEPS_DIST}]
+    required = {REQUIRE_COMPILED_VARIABLE: "1"}
+    editables = [arg for package in others for arg in ("-e", str(package.path))]
+    session.install(
+        *editables,
+        str(compiled_package.path),
+        str(ROOT),
+        BINDINGS[bindings],
+        *COMPILER_LIBRARIES[bindings],
+        *TEST_TOOLS,
+        env=required,
+    )
+    status = "import cuguard.resources as r, cuguard.resources.lowlevel as l; print(r.compiled, l.compiled_status())"
+    session.run("python", "-c", status, env=required)
+    for layer in ("resources", "graphs", "testing"):
         session.chdir(BY_LAYER[layer].path)
-        session.run("pytest", "-q", *PARALLEL, "tests", *session.posargs)
+        session.run("pytest", "-q", *PARALLEL, "tests", *session.posargs, env=required)
+    session.chdir(ROOT)
+    session.run("pytest", "-q", *PARALLEL, "tests", *session.posargs, env=required)
 
 
 def _contract_modules(config: dict[str, object]) -> set[str]:
@@ -312,10 +335,8 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over every package's src/ (and tests/typing/ where present)."""
     session.install(MYPY, *TEST_TOOLS)
-    # The optional fast path is checked from its source (mypy_path; its extension has a .pyi), not built.
-    _install_local(
-        session, [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS], BINDINGS[DEFAULT_BINDINGS_MAJOR]
-    )
+    # Editable installs are the pure-Python build; the compiled extension is typed by its .pyi.
+    _install_local(session, list(PACKAGES.values()), BINDINGS[DEFAULT_BINDINGS_MAJOR])
     targets = [str(p.path / "src") for p in PACKAGES.values()]
     targets += [str(p.path / "tests" / "typing") for p in PACKAGES.values() if (p.path / "tests" / "typing").is_dir()]
     session.run("mypy", "--strict", *targets, *session.posargs)
@@ -337,28 +358,54 @@ def install(session: nox.Session) -> None:
     session.install("pip")  # the README's line uses pip (the session's environment may come from uv)
     session.chdir(ROOT)
     session.run("python", "-m", "pip", "install", "--quiet", *args)
-    # Every package the README installs: all but the optional fast path and the unpublished sweeps.
-    layers = ", ".join(f"cuguard.{p.layer}" for p in PACKAGES.values() if p.dist not in {SWEEPS_DIST, *OPTIONAL_DISTS})
+    # Every package the README installs: all but the unpublished sweeps.
+    layers = ", ".join(f"cuguard.{p.layer}" for p in PACKAGES.values() if p.dist != SWEEPS_DIST)
     session.run("python", "-c", f"import {layers}; print('imported', {layers!r})")
 
 
 @nox.session
 def build(session: nox.Session) -> None:
-    """Build every sdist and wheel in isolation; check sibling specifiers against the tree."""
+    """Build every sdist and wheel in isolation, both builds of the compiled package; check and install them."""
     session.install("build[uv]>=1.2", "packaging>=24")
-    out = Path(session.create_tmp()) / "dist"
-    shutil.rmtree(out, ignore_errors=True)
+    tmp = Path(session.create_tmp())
+    out, pure = tmp / "dist", tmp / "dist-pure"
+    for folder in (out, pure):
+        shutil.rmtree(folder, ignore_errors=True)
     # `python -m build` builds the sdist, then the wheel from the sdist: a file missing from
     # the sdist fails here. Build requirements come from the index, never from the tree.
     for path in [*(p.path for p in PACKAGES.values()), ROOT]:
-        session.run("python", "-m", "build", "--installer=uv", "--outdir", str(out), str(path), silent=True)
-    session.run("python", str(ROOT / ".ci" / "check_dists.py"), str(out))
+        env = {REQUIRE_COMPILED_VARIABLE: "1"} if path == PACKAGES[COMPILED_DIST].path else {}
+        session.run("python", "-m", "build", "--installer=uv", "--outdir", str(out), str(path), silent=True, env=env)
+    compiled_path = str(PACKAGES[COMPILED_DIST].path)
+    session.run(
+        "python", "-m", "build", "--installer=uv", "--wheel", "--outdir", str(pure), compiled_path,
+        silent=True, env={PURE_VARIABLE: "1"},
+    )  # fmt: skip
+    session.run("python", str(ROOT / ".ci" / "check_dists.py"), str(out), str(pure))
+    # Each build installs from its wheels alone (binaries only: no compiler is used) and says which it is.
+    runtime = [w for w in out.glob("*.whl") if not w.name.startswith(("cuguard_resources-", "cuguard_sweeps-"))]
+    probe = (
+        "import cuguard.graphs, cuguard.resources as r; "
+        "print('compiled build:', r.compiled); raise SystemExit(0 if r.compiled == {} else 1)"
+    )
+    for label, folder, expected in (("compiled", out, True), ("pure", pure, False)):
+        venv = tmp / f"venv-{label}"
+        shutil.rmtree(venv, ignore_errors=True)
+        base = str(Path(session.bin) / "python")
+        session.run("uv", "venv", "--quiet", "--python", base, str(venv), external=True)
+        python = str(venv / "bin" / "python")
+        wheels = [*runtime, *folder.glob("cuguard_resources-*.whl")]
+        session.run(
+            "uv", "pip", "install", "--quiet", "--python", python, "--only-binary", ":all:",
+            *map(str, wheels), BINDINGS[DEFAULT_BINDINGS_MAJOR], external=True,
+        )  # fmt: skip
+        session.run(python, "-c", probe.format(expected), external=True, env={PURE_VARIABLE: ""})
 
 
 @nox.session
 def demo(session: nox.Session) -> None:
     """Run the README's tour, as a new user would (the pure-Python install)."""
-    _install_local(session, [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS], "numpy>=1.26")
+    _install_local(session, list(PACKAGES.values()), "numpy>=1.26")
     session.run("python", str(ROOT / "examples" / "tour.py"))
 
 
@@ -367,7 +414,7 @@ def racecheck(session: nox.Session) -> None:
     """The tour and the user guide's examples with the race checker on (B7): no race may be reported."""
     _install_local(
         session,
-        [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS],
+        list(PACKAGES.values()),
         "pytest>=8",
         "numpy>=1.26",
         *COMPILER_LIBRARIES[DEFAULT_BINDINGS_MAJOR],
@@ -499,7 +546,7 @@ def contract(session: nox.Session, bindings: int) -> None:
     meta-package and ``tests/`` runs on the simulated driver, once per cuda-bindings major
     (with that major's compiler and linker libraries). Arguments after ``--`` go to pytest.
     """
-    layers = [p for p in PACKAGES.values() if p.dist not in {TESTING_DIST, SWEEPS_DIST, *OPTIONAL_DISTS}]
+    layers = [p for p in PACKAGES.values() if p.dist not in {TESTING_DIST, SWEEPS_DIST}]
     testing = _closure([SWEEPS_DIST])
     extra = [
         str(ROOT),
@@ -549,7 +596,7 @@ def docs(session: nox.Session) -> None:
     """
     _install_local(
         session,
-        [p for p in PACKAGES.values() if p.dist not in OPTIONAL_DISTS],
+        list(PACKAGES.values()),
         *DOCS_TOOLS,
         "pytest>=8",
         "numpy>=1.26",

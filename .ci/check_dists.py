@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Check built cuguard distributions against the source tree.
 
-Usage: check_dists.py DIST_DIR
+Usage: check_dists.py DIST_DIR [PURE_DIR]
 
 DIST_DIR holds the sdists and wheels of every package under packages/ and of the
-meta-package (``nox -s build`` puts them there). Checks, for each distribution in the tree:
+meta-package (``nox -s build`` puts them there); PURE_DIR, the wheels of the packages with a
+compiled build (a ``hatch_build.py`` beside their ``pyproject.toml``) built pure
+(``CUGUARD_PURE_PYTHON=1``). Checks, for each distribution in the tree:
 
 - exactly one wheel and one sdist were built, at the version the tree declares
   (``__version__`` in the file named by ``[tool.hatch.version] path``, or a static
@@ -14,7 +16,11 @@ meta-package (``nox -s build`` puts them there). Checks, for each distribution i
 - the meta-package requires every runtime layer (every package but cuguard-testing, cuguard-sweeps
   and cuguard-fastpath)
   and ships no code; each layer's wheel ships ``cuguard/<layer>/__init__.py`` and
-  ``py.typed`` and no ``cuguard/__init__.py`` (``cuguard`` is a namespace package).
+  ``py.typed`` and no ``cuguard/__init__.py`` (``cuguard`` is a namespace package);
+- a package with a compiled build: its wheel in DIST_DIR is tagged for this interpreter and
+  platform and ships its compiled extension (``cuguard/<layer>/_native.*.so``), its wheel in
+  PURE_DIR is ``py3-none-any`` and ships none; every other wheel is ``py3-none-any``; no wheel
+  ships the extension's sources (``.pyx``, ``.c``).
 
 Needs ``packaging``. Exits 1 and lists every problem when a check fails.
 """
@@ -34,9 +40,8 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-# Not required by the meta-package: the test tools, cuguard's own sweeps (unpublished), and the optional
-# compiled fast path (every layer works without it; see packages/fastpath/README.md).
-NOT_RUNTIME = {"cuguard-testing", "cuguard-fastpath", "cuguard-sweeps"}
+# Not required by the meta-package: the test tools and cuguard's own sweeps (unpublished).
+NOT_RUNTIME = {"cuguard-testing", "cuguard-sweeps"}
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
@@ -69,6 +74,44 @@ def _metadata(wheel: zipfile.ZipFile) -> tuple[str, Version, list[Requirement]]:
     message = Parser().parsestr(wheel.read(name).decode("utf-8"))
     requires = [Requirement(spec) for spec in message.get_all("Requires-Dist") or []]
     return canonicalize_name(message["Name"]), Version(message["Version"]), requires
+
+
+def _compiled_files(files: set[str], layer: str) -> list[str]:
+    return sorted(f for f in files if f.startswith(f"cuguard/{layer}/_native.") and f.endswith((".so", ".pyd")))
+
+
+def _is_pure_tag(wheel: Path) -> bool:
+    tags = parse_wheel_filename(wheel.name)[3]
+    return all(tag.abi == "none" and tag.platform == "any" for tag in tags)
+
+
+def check_builds(dist_dir: Path, pure_dir: Path | None) -> list[str]:
+    """The compiled and pure-Python wheels (see the module's docstring)."""
+    problems: list[str] = []
+    for name, (project_dir, _version) in sorted(tree().items()):
+        if project_dir == ROOT:
+            continue
+        layer = project_dir.name
+        compiled = (project_dir / "hatch_build.py").is_file()
+        for where, folder in (("", dist_dir), (" (pure)", pure_dir)):
+            if folder is None or (where and not compiled):
+                continue
+            found = [p for p in folder.glob("*.whl") if canonicalize_name(parse_wheel_filename(p.name)[0]) == name]
+            if len(found) != 1:
+                problems.append(f"{name}{where}: expected one wheel in {folder}, found {[p.name for p in found]}")
+                continue
+            with zipfile.ZipFile(found[0]) as wheel:
+                files = set(wheel.namelist())
+            extension = _compiled_files(files, layer)
+            sources = sorted(f for f in files if f.endswith((".pyx", ".c")))
+            if sources:
+                problems.append(f"{name}{where}: the wheel ships the extension's sources {sources}")
+            if compiled and not where:
+                if _is_pure_tag(found[0]) or len(extension) != 1:
+                    problems.append(f"{name}: the wheel {found[0].name} is not the compiled build ({extension})")
+            elif not _is_pure_tag(found[0]) or extension:
+                problems.append(f"{name}{where}: the wheel {found[0].name} is not pure Python ({extension})")
+    return problems
 
 
 def check(dist_dir: Path) -> list[str]:
@@ -129,11 +172,11 @@ def check(dist_dir: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
     dist_dir = Path(argv[1])
-    problems = check(dist_dir)
+    problems = check(dist_dir) + check_builds(dist_dir, Path(argv[2]) if len(argv) == 3 else None)
     for problem in problems:
         print(f"check_dists: {problem}", file=sys.stderr)
     if problems:

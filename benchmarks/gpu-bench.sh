@@ -1,37 +1,36 @@
 #!/usr/bin/env bash
-# Issue 16 on the GPU machine, from the source tree (nothing to install): a correctness smoke of the
-# compiled fast path on the real driver, then benchmarks/overhead.py --quick with the pure-Python and
-# compiled variants side by side (one process), then a run without cuguard-fastpath on the path.
+# The compiled build on the GPU machine, from the source tree (nothing to install): a correctness
+# scenario of the compiled calls on the real driver, then benchmarks/overhead.py --quick with the
+# pure-Python and compiled variants and cuda.core side by side (one process), then a run of the
+# pure-Python build alone (CUGUARD_PURE_PYTHON=1: the extension is not loaded).
 #
-# Needs the extension built for that machine's Python in FASTPATH_BUILD (default .fastpath-build/,
-# e.g. with: gcc -O2 -shared -fPIC -I<python include> packages/fastpath/src/cuguard/fastpath/_native.c
-# -o .fastpath-build/_native<EXT_SUFFIX>; no CUDA headers needed). Writes six files under $OUT:
-#   fastpath-smoke-gpu.json / .txt        packages/fastpath/tests/scenario.py on the real driver
-#   overhead-gpu-fastpath-quick.json/.txt python and compiled variants, ratios to raw in one run
-#   overhead-gpu-pure-quick.json / .txt   the pure-Python install (no cuguard-fastpath importable)
+# Needs the extension built in place for that machine's Python (from the repository root, with
+# Cython, setuptools and hatchling installed for that Python: `cd packages/resources && python
+# hatch_build.py`; no CUDA headers needed), next to _native.pyx. Writes six files under $OUT:
+#   compiled-scenario-gpu.json / .txt     packages/resources/tests/compiled_scenario.py on the real driver
+#   overhead-gpu-compiled-quick.json/.txt python, compiled and cuda.core variants, ratios to raw in one run
+#   overhead-gpu-pure-quick.json / .txt   the pure-Python build (CUGUARD_PURE_PYTHON=1)
 # Exit status: 0 when the three steps succeeded.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/out}
-BUILD=${FASTPATH_BUILD:-$ROOT/.fastpath-build}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 cd "$ROOT" || exit 2
 P=$ROOT/packages
 LAYERS=$P/errors/src:$P/context/src:$P/resources/src:$P/graphs/src:$P/testing/src
 SUFFIX=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-if [ ! -f "$BUILD/_native$SUFFIX" ]; then
-    echo "no $BUILD/_native$SUFFIX for $("$PY" -V)" | tee "$OUT/fastpath-smoke-gpu.txt"
+if [ ! -f "$P/resources/src/cuguard/resources/_native$SUFFIX" ]; then
+    echo "no compiled extension _native$SUFFIX for $("$PY" -V)" | tee "$OUT/compiled-scenario-gpu.txt"
     exit 2
 fi
-cp "$BUILD/_native$SUFFIX" "$P/fastpath/src/cuguard/fastpath/"
 rc=0
-PYTHONPATH=$LAYERS:$P/fastpath/src timeout 60 "$PY" packages/fastpath/tests/scenario.py \
-    --out "$OUT/fastpath-smoke-gpu.json" > "$OUT/fastpath-smoke-gpu.txt" 2>&1 || rc=1
-PYTHONPATH=$LAYERS:$P/fastpath/src timeout 200 "$PY" benchmarks/overhead.py --quick \
-    --out "$OUT/overhead-gpu-fastpath-quick.json" > "$OUT/overhead-gpu-fastpath-quick.txt" 2>&1 || rc=1
-PYTHONPATH=$LAYERS timeout 150 "$PY" benchmarks/overhead.py --quick \
+PYTHONPATH=$LAYERS timeout 90 "$PY" packages/resources/tests/compiled_scenario.py \
+    --out "$OUT/compiled-scenario-gpu.json" > "$OUT/compiled-scenario-gpu.txt" 2>&1 || rc=1
+PYTHONPATH=$LAYERS timeout 240 "$PY" benchmarks/overhead.py --quick \
+    --out "$OUT/overhead-gpu-compiled-quick.json" > "$OUT/overhead-gpu-compiled-quick.txt" 2>&1 || rc=1
+PYTHONPATH=$LAYERS CUGUARD_PURE_PYTHON=1 timeout 200 "$PY" benchmarks/overhead.py --quick \
     --out "$OUT/overhead-gpu-pure-quick.json" > "$OUT/overhead-gpu-pure-quick.txt" 2>&1 || rc=1
-tail -n 20 "$OUT/overhead-gpu-fastpath-quick.txt"
-grep -E '"(status|failures)"' "$OUT/fastpath-smoke-gpu.json" 2>/dev/null
+tail -n 22 "$OUT/overhead-gpu-compiled-quick.txt"
+grep -E '"(status|failures)"' "$OUT/compiled-scenario-gpu.json" 2>/dev/null
 exit $rc

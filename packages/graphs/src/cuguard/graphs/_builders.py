@@ -28,7 +28,7 @@ from cuguard.graphs._nodes import (
     _memset_params,
 )
 from cuguard.resources import Buffer, Device, Event, Kernel, LaunchConfig, PinnedBuffer
-from cuguard.resources.lowlevel import follow_fastpath, split_written
+from cuguard.resources.lowlevel import follow_compiled, split_written
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import GraphCondition
@@ -39,16 +39,16 @@ __all__ = ["NodeBuilders"]
 _new_node = object.__new__
 _NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
 
-# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None.
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
-def _fastpath_changed(ops: Any) -> None:
+def _compiled_changed(ops: Any) -> None:
     global _fp
     _fp = ops
 
 
-follow_fastpath(_fastpath_changed)
+follow_compiled(_compiled_changed)
 
 
 def _destroy_new_node(handle: Any) -> None:

@@ -33,7 +33,7 @@ from cuguard.graphs._edges import apply_edges
 from cuguard.graphs._executable import Graph
 from cuguard.graphs._nodes import _KINDS, _LIVE, _PLURAL, Node, _iterable, _order
 from cuguard.resources import Device
-from cuguard.resources.lowlevel import OwnerTable, follow_fastpath, retain
+from cuguard.resources.lowlevel import OwnerTable, follow_compiled, retain
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import GraphCondition
@@ -48,16 +48,16 @@ def _owner_key(obj: object) -> int:
     return id(obj)
 
 
-# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None.
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
-def _fastpath_changed(ops: Any) -> None:
+def _compiled_changed(ops: Any) -> None:
     global _fp
     _fp = ops
 
 
-follow_fastpath(_fastpath_changed)
+follow_compiled(_compiled_changed)
 
 
 def _context_of(device: Device | Context | None) -> Context | None:

@@ -31,7 +31,7 @@ from cuguard.resources import (
     as_stream,
     wait_attributed,
 )
-from cuguard.resources.lowlevel import follow_fastpath, on_own_behalf, race, retain, split_written, unprohibited
+from cuguard.resources.lowlevel import follow_compiled, on_own_behalf, race, retain, split_written, unprohibited
 
 if TYPE_CHECKING:
     from cuguard.graphs._definition import GraphDefinition
@@ -41,16 +41,16 @@ __all__ = ["Graph", "GraphUpdateError"]
 
 _GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
 
-# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None.
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
-def _fastpath_changed(ops: Any) -> None:
+def _compiled_changed(ops: Any) -> None:
     global _fp
     _fp = ops
 
 
-follow_fastpath(_fastpath_changed)
+follow_compiled(_compiled_changed)
 
 
 class GraphUpdateError(CUDAError, ValueError):

@@ -37,6 +37,11 @@ Every parameter that takes a cuguard object is checked before the driver sees
 it: another kind of object, ``None`` or a number raises ``TypeError`` naming the
 parameter (contract E3). Wherever a stream is taken, any object with
 ``__cuda_stream__`` is accepted (:func:`as_stream`).
+
+The package is built two ways from one source: pure Python, and compiled (the
+wheel's build compiles the hottest driver calls when a C compiler is there).
+:data:`compiled` says which one is running; both behave the same, the
+compiled one costs less per call.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from cuguard.resources._accounting import memory_in_use as memory_in_use
 from cuguard.resources._base import Resource as Resource
 from cuguard.resources._device import Device as Device
 from cuguard.resources._device import MemoryInfo as MemoryInfo
+from cuguard.resources._fast import loaded as _loaded
 from cuguard.resources._ipc import IPCAllocationHandle as IPCAllocationHandle
 from cuguard.resources._ipc import IPCBufferDescriptor as IPCBufferDescriptor
 from cuguard.resources._ipc import IPCEventDescriptor as IPCEventDescriptor
@@ -131,6 +137,7 @@ __all__ = [
     "VirtualMemoryResourceOptions",
     "args_viewable_as_strided_memory",
     "as_stream",
+    "compiled",
     "describe_launch",
     "launch",
     "link",
@@ -143,3 +150,10 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+#: Whether this process runs the compiled build: ``True`` when the compiled extension of this
+#: installation loaded and found every driver entry point it needs; ``False`` for the pure-Python
+#: build (installed without a C compiler, or with ``CUGUARD_PURE_PYTHON=1`` at build time), when
+#: ``CUGUARD_PURE_PYTHON=1`` is set at import, or when the extension cannot be used
+#: (:func:`cuguard.resources.lowlevel.compiled_status` says why). Fixed at import.
+compiled: bool = _loaded

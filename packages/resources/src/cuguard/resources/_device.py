@@ -10,7 +10,7 @@ from cuguard.context.lowlevel import call_switched
 from cuguard.errors import ResourceClosedError, driver, driver_token, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, driver_state, int_argument, wrong_kind
 from cuguard.resources import _race
-from cuguard.resources._fast import follow_fastpath
+from cuguard.resources._fast import follow_compiled
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._module import Module
 from cuguard.resources._properties import DeviceProperties
@@ -19,6 +19,7 @@ from cuguard.resources._stream import (
     Stream,
     _event_destroy,
     as_stream,
+    capturing_refusal,
     driver_types,
     refuse_capturing_allocation,
 )
@@ -69,16 +70,16 @@ def _ctx_sync() -> None:
 
 
 _new = object.__new__
-# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
-def _fastpath_changed(ops: Any) -> None:
+def _compiled_changed(ops: Any) -> None:
     global _fp
     _fp = ops
 
 
-follow_fastpath(_fastpath_changed)
+follow_compiled(_compiled_changed)
 _DEVICES = "devices"  # driver_state() key: ordinal -> Device (O2)
 _devices_lock = deferring_lock()
 
@@ -587,14 +588,21 @@ class Device:
             if stream._closed or context._closed or stream._context._closed:
                 stream._check_open()
                 raise context._refusal()
-            refuse_capturing_allocation(stream)  # graph memory would be out of the buffer's reach
+            # Refused while the stream is being captured: graph memory would be out of the buffer's reach.
             fp = _fp
             if fp is not None:
-                err, ptr = fp.mem_alloc_async(size, stream._handle)  # compiled: the status back, raised here
+                # Compiled: the capture query (only for a stream that may be capturing) and the
+                # allocation in one call; the status back, raised here.
+                err, ptr = fp.mem_alloc_async(size, stream._handle, stream._may_capture)
+                if err:
+                    if err == fp.CAPTURING:
+                        raise capturing_refusal(stream)
+                    raise_status(err, ptr)
             else:
+                refuse_capturing_allocation(stream)
                 err, ptr = driver.cuMemAllocAsync(size, stream._handle)
-            if err:
-                raise_status(err, "cuMemAllocAsync")
+                if err:
+                    raise_status(err, "cuMemAllocAsync")
             buf = _new(Buffer)
             buf._handle = ptr
             buf._context = context

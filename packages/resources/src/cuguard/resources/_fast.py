@@ -1,48 +1,194 @@
-"""The optional compiled fast path (the ``cuguard-fastpath`` package), as the hot paths see it.
+"""The compiled build's driver calls (``_native``), as the hot paths see them.
 
-Without that package nothing changes: :func:`follow_fastpath` never calls its
-listener and every hot path reads ``None``. With it, each hot module keeps the
-fast path's operations (a :class:`cuguard.fastpath.FastOps`) in a module
-global, which is ``None`` unless the fast path is on *and* the seam routes
-every call straight to the real ``cuda.bindings.driver`` (the seam's
-:func:`~cuguard.errors.lowlevel.on_route_change`): under the simulator, a fault
-plan, ``record_calls`` or any other installed driver, and while a CUDA
-callback runs, the global is ``None`` and every call takes the Python path, so
-those see every driver call as before. One global read per hot call, no
-per-call comparison of the seam's functions. The compiled functions return
-statuses; the hot paths raise.
+cuguard-resources is built two ways from one source: pure Python, and with the
+extension ``cuguard.resources._native`` compiled from ``_native.pyx`` (the
+wheel's build hook, ``hatch_build.py``, compiles it when a C compiler is
+there). The extension makes only the innermost driver call of the hottest
+operations: it takes the driver's entry points from the capsules that
+``cuda.bindings.cydriver`` exports and returns statuses. Everything else (the
+checks, raising, rolling back, restoring the context, warnings, collection)
+is the same Python code in both builds.
+
+Each hot module keeps the compiled functions (a :class:`CompiledCalls`) in a
+module global that :func:`follow_compiled` updates, and reads it once per hot
+call. The global is ``None``, and every call takes the Python path through
+the seam, unless the extension loaded *and* the seam routes every call
+straight to the real ``cuda.bindings.driver`` (the seam's
+:func:`~cuguard.errors.lowlevel.on_route_change`): under the simulated driver,
+a fault plan, ``record_calls`` or any other installed driver, and while a
+CUDA callback runs, the compiled functions are never used, so those see every
+driver call in both builds.
+
+The extension is used only when it imports, when it has every function this
+Python side calls (one built from an older source stays off), and when every
+entry point it needs is exported with the C signature it was written for. It
+is never used when ``CUGUARD_PURE_PYTHON`` is ``1`` at import. The public
+surface: :data:`cuguard.resources.compiled`, and in ``cuguard.resources.lowlevel``
+:func:`compiled_status` and :func:`use_compiled`.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from cuguard.errors.lowlevel import on_route_change
 
-__all__ = ["follow_fastpath"]
+__all__ = [
+    "COMPILED_FUNCTIONS",
+    "PURE_VARIABLE",
+    "CompiledCalls",
+    "compiled_status",
+    "follow_compiled",
+    "loaded",
+    "use_compiled",
+]
+
+#: The environment variable that keeps the compiled calls off (``1``, ``yes``, ``on``, ``true``), read at import.
+PURE_VARIABLE = "CUGUARD_PURE_PYTHON"
+
+#: The extension's functions the hot paths call (see ``_native.pyi``).
+COMPILED_FUNCTIONS = (
+    "event_create",
+    "event_destroy",
+    "event_record",
+    "event_query",
+    "stream_create",
+    "stream_destroy",
+    "stream_synchronize",
+    "mem_alloc_async",
+    "mem_free_async",
+    "memcpy_htod_async",
+    "memcpy_dtoh_async",
+    "memcpy_htod",
+    "memcpy_dtoh",
+    "launch",
+    "graph_add_empty",
+    "graph_instantiate",
+    "graph_launch",
+    "graph_exec_destroy",
+)
 
 
-def follow_fastpath(listener: Callable[[Any], None]) -> None:
-    """Call ``listener(ops or None)`` whenever the fast path or the seam's routing changes, if it is installed.
+class CompiledCalls:
+    """The compiled functions, as a hot path gets them while they are in use.
 
-    ``ops`` (the fast path's operations) is given only while the fast path is
-    on and calls go straight to the real bindings; ``None`` otherwise.
+    Each returns statuses (see ``_native.pyi``); the hot path raises. The
+    attributes are plain: a test may replace one to count calls.
     """
+
+    event_create: Callable[[int, int], tuple[int, Any]]
+    event_destroy: Callable[[Any], int]
+    event_record: Callable[[Any, Any], int]
+    event_query: Callable[[Any], int]
+    stream_create: Callable[[int, int], tuple[int, Any]]
+    stream_destroy: Callable[[Any], int]
+    stream_synchronize: Callable[[Any], int]
+    mem_alloc_async: Callable[[int, Any, bool], tuple[int, Any]]
+    mem_free_async: Callable[[Any, Any], int]
+    memcpy_htod_async: Callable[[Any, Any, int, Any], int]
+    memcpy_dtoh_async: Callable[[Any, Any, int, Any], int]
+    memcpy_htod: Callable[[int, Any, Any, int], int | tuple[int, str]]
+    memcpy_dtoh: Callable[[int, Any, Any, int], int | tuple[int, str]]
+    launch: Callable[..., int]
+    graph_add_empty: Callable[[Any, Any], tuple[int, Any]]
+    graph_instantiate: Callable[[int | None, Any, int], tuple[int, Any]]
+    graph_launch: Callable[[Any, Any], int]
+    graph_exec_destroy: Callable[[Any], int]
+    #: The status ``mem_alloc_async`` returns when the stream is being captured (nothing allocated).
+    CAPTURING: int
+
+    def __init__(self, native: Any) -> None:
+        for name in COMPILED_FUNCTIONS:
+            setattr(self, name, getattr(native, name))
+        self.CAPTURING = native.CAPTURING
+
+
+def _load() -> tuple[CompiledCalls | None, str]:
+    """Import the extension and resolve its entry points: ``(calls, "on")``, or ``(None, why not)``."""
     try:
-        from cuguard.fastpath import attach
-    except ImportError:  # not installed: the pure-Python paths, always
+        from cuguard.resources import _native  # type: ignore[attr-defined, unused-ignore]
+    except ImportError as exc:
+        return None, f"this is the pure-Python build (the compiled extension is not importable: {exc})"
+    stale = [name for name in (*COMPILED_FUNCTIONS, "CAPTURING", "setup") if not hasattr(_native, name)]
+    if stale:
+        return None, f"the compiled extension lacks {', '.join(stale)}: rebuild it from this version's _native.pyx"
+    try:
+        from cuda.bindings import cydriver
+        from cuda.bindings import driver as real
+    except ImportError as exc:
+        return None, f"cuda-bindings is not importable ({exc})"
+    capi = getattr(cydriver, "__pyx_capi__", None)
+    if not isinstance(capi, dict):
+        return None, "cuda.bindings.cydriver exports no C entry points (__pyx_capi__)"
+    problems = _native.setup(capi, real.CUstream, real.CUevent, real.CUdeviceptr, real.CUgraphNode)
+    if problems:
+        return None, "entry points of cuda.bindings.cydriver do not fit: " + "; ".join(problems)
+    return CompiledCalls(_native), "on"
+
+
+def _wanted() -> bool:
+    return os.environ.get(PURE_VARIABLE, "").strip().lower() not in ("1", "yes", "on", "true")
+
+
+_lock = threading.Lock()
+_listeners: list[Callable[[CompiledCalls | None], None]] = []
+_calls, _reason = _load() if _wanted() else (None, f"turned off by {PURE_VARIABLE} at import")
+#: Whether the compiled extension loaded (this process runs the compiled build); fixed at import.
+loaded: bool = _calls is not None
+# Whether the compiled calls are in use (use_compiled() turns them off and on again).
+_on = loaded
+
+
+def follow_compiled(listener: Callable[[CompiledCalls | None], None]) -> None:
+    """Call ``listener(calls or None)`` now and whenever the compiled calls or the seam's routing change.
+
+    ``calls`` is given only while the compiled calls are in use *and* calls go straight
+    to the real bindings; ``None`` otherwise. For the layers' hot modules: each keeps
+    it in a module global. Does nothing in the pure-Python build.
+    """
+    if not loaded:
         return
-    # [ops while on (else None), calls go straight to the real bindings]
+    # [the compiled calls while in use (else None), calls go straight to the real bindings]
     state: list[Any] = [None, False]
 
-    def fast_changed(ops: Any) -> None:
-        state[0] = ops
-        listener(ops if state[1] else None)
+    def compiled_changed(calls: CompiledCalls | None) -> None:
+        state[0] = calls
+        listener(calls if state[1] else None)
 
     def route_changed(direct: bool) -> None:
         state[1] = direct
         listener(state[0] if direct else None)
 
-    attach(fast_changed)
+    with _lock:
+        _listeners.append(compiled_changed)
+        calls = _calls if _on else None
+    compiled_changed(calls)
     on_route_change(route_changed)
+
+
+def compiled_status() -> str:
+    """``"on"`` while the compiled calls are in use; otherwise why not (pure-Python build, turned off...)."""
+    return _reason
+
+
+def use_compiled(on: bool) -> bool:
+    """Turn the compiled calls on or off for the whole process; return whether they are in use now.
+
+    Off, every hot operation takes the Python path (as in the pure-Python build);
+    on again, only if the compiled build loaded (``compiled_status()`` says why
+    not otherwise). Never raises. For measuring and debugging: the two paths
+    behave the same.
+    """
+    global _on, _reason
+    with _lock:
+        _on = bool(on) and loaded
+        if loaded:
+            _reason = "on" if _on else "turned off by cuguard.resources.lowlevel.use_compiled(False)"
+        listeners = list(_listeners)
+        calls = _calls if _on else None
+    for listener in listeners:
+        listener(calls)
+    return calls is not None

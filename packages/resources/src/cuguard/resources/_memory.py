@@ -12,7 +12,7 @@ from cuguard.errors import CUDAError, driver, raise_status
 from cuguard.errors.lowlevel import in_driver_callback, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _dlpack, _race
 from cuguard.resources._base import Resource
-from cuguard.resources._fast import follow_fastpath
+from cuguard.resources._fast import follow_compiled
 from cuguard.resources._stream import Stream, as_stream, driver_types
 
 if TYPE_CHECKING:
@@ -22,16 +22,16 @@ if TYPE_CHECKING:
 
 __all__ = ["Buffer", "PinnedBuffer"]
 
-# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
-def _fastpath_changed(ops: Any) -> None:
+def _compiled_changed(ops: Any) -> None:
     global _fp
     _fp = ops
 
 
-follow_fastpath(_fastpath_changed)
+follow_compiled(_compiled_changed)
 
 
 # --- driver steps (run inside the owning context) ----------------------------------------

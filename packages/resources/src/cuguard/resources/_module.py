@@ -25,7 +25,7 @@ from cuguard.errors.lowlevel import (
 )
 from cuguard.resources import _captures, _race
 from cuguard.resources._base import Resource
-from cuguard.resources._fast import follow_fastpath
+from cuguard.resources._fast import follow_compiled
 from cuguard.resources._launch import KernelAttributes, KernelOccupancy, launch_ex
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._objectcode import LOADABLE, ObjectCode, share_lowered_names
@@ -35,16 +35,16 @@ from cuguard.resources._view import StridedMemoryView, check_read_only, memory_u
 
 __all__ = ["Kernel", "LaunchConfig", "Module", "launch"]
 
-# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
-def _fastpath_changed(ops: Any) -> None:
+def _compiled_changed(ops: Any) -> None:
     global _fp
     _fp = ops
 
 
-follow_fastpath(_fastpath_changed)
+follow_compiled(_compiled_changed)
 
 
 # --- modules and kernels ------------------------------------------------------------

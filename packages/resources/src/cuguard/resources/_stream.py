@@ -21,7 +21,7 @@ from cuguard.errors.lowlevel import (
 )
 from cuguard.resources import _captures, _race
 from cuguard.resources._base import Resource
-from cuguard.resources._fast import follow_fastpath
+from cuguard.resources._fast import follow_compiled
 
 if TYPE_CHECKING:
     from cuguard.resources._ipc import IPCEventDescriptor
@@ -80,16 +80,16 @@ def _drain_host_callbacks() -> None:
                 )
 
 
-# The compiled fast path's operations while it is on and the seam routes to the real bindings, else None (_fast).
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
 
-def _fastpath_changed(ops: Any) -> None:
+def _compiled_changed(ops: Any) -> None:
     global _fp
     _fp = ops
 
 
-follow_fastpath(_fastpath_changed)
+follow_compiled(_compiled_changed)
 
 
 # --- streams -----------------------------------------------------------------------
@@ -412,11 +412,16 @@ def refuse_capturing_allocation(stream: Stream) -> None:
     if err:
         raise_status(err, "cuStreamIsCapturing")
     if int(capturing) == _CAPTURE_ACTIVE:
-        raise RuntimeError(
-            f"{stream!r} is being captured into a graph: an allocation there would be graph memory, "
-            "which exists only while the graph runs; allocate before the capture begins, or use "
-            "GraphDefinition.allocate()"
-        )
+        raise capturing_refusal(stream)
+
+
+def capturing_refusal(stream: Stream) -> RuntimeError:
+    """The error for an allocation refused because ``stream`` is being captured (both builds raise it)."""
+    return RuntimeError(
+        f"{stream!r} is being captured into a graph: an allocation there would be graph memory, "
+        "which exists only while the graph runs; allocate before the capture begins, or use "
+        "GraphDefinition.allocate()"
+    )
 
 
 # --- events ------------------------------------------------------------------------

@@ -29,8 +29,12 @@ into written and read).
 
 Hooks: :data:`race`, the race checker's module (its flag ``race.ON`` is the
 one check on every hot path; ``race.graph_launched`` records a graph's
-launch); :func:`follow_fastpath`, the compiled fast path's operations as they
+launch); :func:`follow_compiled`, the compiled build's driver calls as they
 come and go.
+
+The compiled build (:data:`cuguard.resources.compiled`): :func:`compiled_status`
+says whether its driver calls are in use and why not; :func:`use_compiled`
+turns them off and on for the whole process (to measure or to debug).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from cuguard.resources._captures import (
     stream_undestroyed,
     waiting_count,
 )
-from cuguard.resources._fast import follow_fastpath
+from cuguard.resources._fast import compiled_status, follow_compiled, use_compiled
 from cuguard.resources._memory import graph_let_go
 from cuguard.resources._relaxed import on_own_behalf
 from cuguard.resources._view import check_read_only, memory_uses
@@ -65,7 +69,8 @@ __all__ = [
     "capture_joined",
     "capture_left",
     "check_read_only",
-    "follow_fastpath",
+    "compiled_status",
+    "follow_compiled",
     "graph_let_go",
     "memory_uses",
     "on_own_behalf",
@@ -74,6 +79,7 @@ __all__ = [
     "split_written",
     "stream_undestroyed",
     "unprohibited",
+    "use_compiled",
     "waiting_count",
 ]
 

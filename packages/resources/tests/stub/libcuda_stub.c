@@ -1,7 +1,7 @@
 /* A no-op CUDA driver library for CPU machines: build it as libcuda.so.1 and put its folder on
  * LD_LIBRARY_PATH, and the real cuda-bindings load it as their driver.
  *
- * Every entry point cuguard's compiled fast path and its tests reach is here and succeeds with a
+ * Every entry point cuguard's compiled build and its tests reach is here and succeeds with a
  * plausible handle (streams, events, graphs and nodes are small heap blocks; device pointers count
  * up). One device; the primary context and the thread's current context (a small stack, for
  * cuCtxCreate/cuCtxPopCurrent) are kept per thread. Nothing runs on any device: this is for
@@ -90,7 +90,17 @@ CUresult cuStreamDestroy(ptr_t s) { FAIL("cuStreamDestroy"); return release(s, &
 CUresult cuStreamSynchronize(ptr_t s) { FAIL("cuStreamSynchronize"); return s ? OK : INVALID_VALUE; }
 CUresult cuStreamQuery(ptr_t s) { return OK; }
 /* No stream ever captures here; the thread's capture mode is only recorded. */
-CUresult cuStreamIsCapturing(ptr_t s, int *status) { FAIL("cuStreamIsCapturing"); *status = 0; return OK; }
+/* stub_capturing(status): what cuStreamIsCapturing answers from now on (1: a capture is active). */
+static int capture_status;
+static long capture_queries;
+void stub_capturing(int status) { capture_status = status; }
+long stub_capture_queries(void) { return capture_queries; }
+CUresult cuStreamIsCapturing(ptr_t s, int *status) {
+    FAIL("cuStreamIsCapturing");
+    capture_queries++;
+    *status = capture_status;
+    return OK;
+}
 static int capture_mode;
 CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = capture_mode; capture_mode = *mode; *mode = old; return OK; }
 CUresult cuStreamGetFlags(ptr_t s, unsigned int *flags) { *flags = 0; return OK; }

@@ -1,22 +1,28 @@
-"""The compiled fast path on the real cuda-bindings: every hot operation, its failures, and its limits.
+"""The compiled build on the real cuda-bindings: every hot operation, its failures, and its limits.
 
 Run as a program, under the real driver (a GPU) or the no-op driver library of
 ``stub/`` (``--stub``, with its folder on ``LD_LIBRARY_PATH``)::
 
-    python packages/fastpath/tests/scenario.py [--stub] [--out result.json]
+    python packages/resources/tests/compiled_scenario.py [--stub] [--out result.json]
 
 Checks, and prints as JSON (exit status 1 when a check fails):
 
-- the fast path is on, and each hot operation (stream, event, record, query,
-  stream-ordered alloc/free, launch, empty graph node) went through its compiled
-  function, counted by wrapping the functions the layers use;
+- the compiled calls are in use, and each hot operation (stream, event, record,
+  query, stream-ordered alloc/free, launch, copies, and with the graphs layer
+  installed the empty graph node, instantiate, graph launch and destroy) went
+  through its compiled function, counted by wrapping the functions the layers use;
+- a stream-ordered allocation on a stream that may be capturing asks the driver
+  inside the compiled call and is refused while a capture is active (``--stub``:
+  the library answers "capturing"); a stream cuguard made and never handed out
+  is not asked;
 - the switch path: with another context current, ``create_event`` creates in
   the device's context and restores the caller's (G2);
 - a fault plan over the real driver (``inject``) sees the call: the compiled
   function is not used, the injected failure is raised, nothing is left (G1);
 - with ``--stub``: a driver failure returned to the compiled function is
   raised as ``CUDAError`` with the right call and code, and nothing is left;
-- :func:`cuguard.fastpath.disable` sends every operation back to Python.
+- ``use_compiled(False)`` sends every operation back to Python, ``use_compiled(True)``
+  brings the compiled calls back.
 """
 
 from __future__ import annotations
@@ -38,14 +44,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    from cuguard import fastpath
     from cuguard.context import Context
     from cuguard.errors import CUDAError, driver
-    from cuguard.fastpath import COMPILED
-    from cuguard.graphs import GraphDefinition
-    from cuguard.resources import Device, LaunchConfig, launch
+    from cuguard.resources import Device, LaunchConfig, _fast, launch
+    from cuguard.resources.lowlevel import compiled_status, use_compiled
 
-    report: dict[str, Any] = {"status": fastpath.status(), "stub": args.stub, "checks": {}, "failures": []}
+    try:
+        from cuguard.graphs import GraphDefinition
+    except ImportError:  # the resources layer alone: its own hot operations only
+        graphs = False
+    else:
+        graphs = True
+    used = tuple(name for name in _fast.COMPILED_FUNCTIONS if graphs or not name.startswith("graph_"))
+
+    report: dict[str, Any] = {"status": compiled_status(), "stub": args.stub, "graphs": graphs, "checks": {}}
+    report["failures"] = []
     checks: dict[str, Any] = report["checks"]
 
     def check(name: str, ok: bool, detail: object = None) -> None:
@@ -53,12 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             report["failures"].append(name)
 
-    if not fastpath.enabled():
-        check("fast path on", False, fastpath.status())
+    if compiled_status() != "on":
+        check("compiled calls in use", False, compiled_status())
         return _finish(report, args.out)
 
-    counts = dict.fromkeys(COMPILED, 0)
-    ops = fastpath._ops
+    counts = dict.fromkeys(used, 0)
+    ops = _fast._calls
     assert ops is not None
 
     def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -68,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return counted
 
-    for name in COMPILED:
+    for name in used:
         setattr(ops, name, counting(name, getattr(ops, name)))
 
     stub = ctypes.CDLL("libcuda.so.1") if args.stub else None
@@ -91,16 +104,20 @@ def main(argv: list[str] | None = None) -> int:
     buf = dev.allocate(256, stream=stream)
     buf.close()
     launch(stream, LaunchConfig(grid=1, block=1), kernel)
-    definition = GraphDefinition()
-    node = definition.empty()
-    for _ in range(15):
-        node = node.join()
-    nodes = len(definition.nodes)  # keys the fresh nodes: each Node once
-    exe = definition.instantiate()
-    exe.launch(stream)
-    stream.sync()
-    exe_handle_type = type(exe.handle).__name__
-    exe.close()
+    if graphs:
+        definition = GraphDefinition()
+        node = definition.empty()
+        for _ in range(15):
+            node = node.join()
+        nodes = len(definition.nodes)  # keys the fresh nodes: each Node once
+        exe = definition.instantiate()
+        exe.launch(stream)
+        stream.sync()
+        exe_handle_type = type(exe.handle).__name__
+        exe.close()
+        definition.close()
+        check("graph lists its 16 nodes", nodes == 16, nodes)
+        check("an executable graph's handle is a CUgraphExec", exe_handle_type == "CUgraphExec", exe_handle_type)
     device_buf = dev.allocate(16)
     pinned = dev.allocate_pinned(16)
     host = bytearray(16)
@@ -113,16 +130,38 @@ def main(argv: list[str] | None = None) -> int:
     device_buf.copy_to(pinned)
     device_buf.copy_to(host)
     stream.sync()
-    definition.close()
     event.close()
     stream.close()
     check("every hot operation compiled", all(counts.values()), {k: v for k, v in counts.items() if not v})
     check("event query answered", done in (True, False), done)
-    check("graph lists its 16 nodes", nodes == 16, nodes)
-    check("an executable graph's handle is a CUgraphExec", exe_handle_type == "CUgraphExec", exe_handle_type)
     if stub is not None:
         copies = int(stub.stub_copies())
         check("eight copies reached the driver", copies == 8, copies)
+
+    # --- a real capture (no stub): the compiled allocation asks, and refuses while it is active (G6) ---
+    if stub is None:
+        captured = dev.create_stream()
+        raw = captured.handle  # handed out: the allocation must ask the driver from now on
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        (err,) = driver.cuStreamBeginCapture(raw, mode)
+        check("a raw capture began", err == 0, err)
+        calls_before = counts["mem_alloc_async"]
+        try:
+            dev.allocate(64, stream=captured)
+        except RuntimeError as exc:
+            check(
+                "an allocation on a capturing stream is refused in the compiled call",
+                "being captured" in str(exc) and counts["mem_alloc_async"] == calls_before + 1,
+                exc,
+            )
+        else:
+            check("an allocation on a capturing stream is refused in the compiled call", False, "no error")
+        err, graph = driver.cuStreamEndCapture(raw)
+        check("the capture ended valid (nothing was queued into it)", err == 0, err)
+        if err == 0:
+            driver.cuGraphDestroy(graph)
+        dev.allocate(64, stream=captured).close()  # after the capture: allocates
+        captured.close()
 
     # --- the switch path (G2): another context current ---
     other = Context.create(0)
@@ -138,17 +177,15 @@ def main(argv: list[str] | None = None) -> int:
         device_buf.copy_from(pinned)
         device_buf.copy_to(host)
         check("switched copies restore the caller's context", Context.current() == other, Context.current())
-        switched = GraphDefinition()
-        switched.empty()
-        exe2 = switched.instantiate()
-        check("switched instantiate restores the caller's context", Context.current() == other, Context.current())
-        check(
-            "switched calls asked the compiled functions first",
-            counts["memcpy_htod"] > seen["memcpy_htod"] and counts["graph_instantiate"] > seen["graph_instantiate"],
-            counts,
-        )
-        exe2.close()
-        switched.close()
+        check("switched calls asked the compiled functions first", counts["memcpy_htod"] > seen["memcpy_htod"], counts)
+        if graphs:
+            switched = GraphDefinition()
+            switched.empty()
+            exe2 = switched.instantiate()
+            check("switched instantiate restores the caller's context", Context.current() == other, Context.current())
+            check("switched instantiate asked first", counts["graph_instantiate"] > seen["graph_instantiate"], counts)
+            exe2.close()
+            switched.close()
     finally:
         dev.set_current()
         other.close()
@@ -221,61 +258,98 @@ def main(argv: list[str] | None = None) -> int:
                 check(f"{call} failure raised", exc.code == code and exc.call == call, exc)
             else:
                 check(f"{call} failure raised", False, "no error")
-        failing = GraphDefinition()
-        failing.empty()
+        # The capture check inside the compiled allocation (G6): asked only for a stream that may be capturing.
+        s4 = dev.create_stream()
+        queries = int(stub.stub_capture_queries())
+        dev.allocate(64, stream=s4).close()
+        check("a stream never handed out is not asked", int(stub.stub_capture_queries()) == queries, queries)
+        _ = s4.handle  # handed out: someone else may capture it now
+        stub.stub_capturing(1)
         n = live()
-        stub.stub_fail(b"cuGraphInstantiate", 2)
+        calls_before = counts["mem_alloc_async"]
         try:
-            failing.instantiate()
-        except CUDAError as exc:
+            dev.allocate(64, stream=s4)
+        except RuntimeError as exc:
             check(
-                "cuGraphInstantiate failure raised, nothing made", exc.call == "cuGraphInstantiate" and live() == n, exc
+                "an allocation on a capturing stream is refused in the compiled call, nothing made",
+                "being captured" in str(exc) and live() == n and counts["mem_alloc_async"] == calls_before + 1,
+                exc,
             )
         else:
-            check("cuGraphInstantiate failure raised, nothing made", False, "no error")
-        exe3 = failing.instantiate()
-        stub.stub_fail(b"cuGraphLaunch", 1)
+            check(
+                "an allocation on a capturing stream is refused in the compiled call, nothing made", False, "no error"
+            )
+        stub.stub_capturing(0)
+        stub.stub_fail(b"cuStreamIsCapturing", 2)
         try:
-            exe3.launch(s2)
-        except CUDAError as exc:
-            check("cuGraphLaunch failure raised, graph usable", exc.call == "cuGraphLaunch", exc)
-            exe3.launch(s2)
-        else:
-            check("cuGraphLaunch failure raised, graph usable", False, "no error")
-        stub.stub_fail(b"cuGraphExecDestroy", 1)
-        try:
-            exe3.close()
+            dev.allocate(64, stream=s4)
         except CUDAError as exc:
             check(
-                "cuGraphExecDestroy failure raised, graph leaked", exc.call == "cuGraphExecDestroy" and exe3.closed, exc
+                "a refused capture query raised, nothing made", exc.call == "cuStreamIsCapturing" and live() == n, exc
             )
         else:
-            check("cuGraphExecDestroy failure raised, graph leaked", False, "no error")
-        failing.close()
+            check("a refused capture query raised, nothing made", False, "no error")
+        s4.close()
+        if graphs:
+            failing = GraphDefinition()
+            failing.empty()
+            n = live()
+            stub.stub_fail(b"cuGraphInstantiate", 2)
+            try:
+                failing.instantiate()
+            except CUDAError as exc:
+                check(
+                    "cuGraphInstantiate failure raised, nothing made",
+                    exc.call == "cuGraphInstantiate" and live() == n,
+                    exc,
+                )
+            else:
+                check("cuGraphInstantiate failure raised, nothing made", False, "no error")
+            exe3 = failing.instantiate()
+            stub.stub_fail(b"cuGraphLaunch", 1)
+            try:
+                exe3.launch(s2)
+            except CUDAError as exc:
+                check("cuGraphLaunch failure raised, graph usable", exc.call == "cuGraphLaunch", exc)
+                exe3.launch(s2)
+            else:
+                check("cuGraphLaunch failure raised, graph usable", False, "no error")
+            stub.stub_fail(b"cuGraphExecDestroy", 1)
+            try:
+                exe3.close()
+            except CUDAError as exc:
+                check(
+                    "cuGraphExecDestroy failure raised, graph leaked",
+                    exc.call == "cuGraphExecDestroy" and exe3.closed,
+                    exc,
+                )
+            else:
+                check("cuGraphExecDestroy failure raised, graph leaked", False, "no error")
+            failing.close()
         s2.close()
 
     device_buf.close()
     pinned.close()
 
-    # --- disable(): Python again ---
-    fastpath.disable()
+    # --- use_compiled(False): Python again ---
+    use_compiled(False)
     seen = dict(counts)
     with dev.create_stream() as s3, dev.create_event() as e4:
         e4.record(s3)
         e4.query()
-    check("disable() sends every call to Python", counts == seen, counts)
-    fastpath.enable()
-    check("enable() turns it on again", fastpath.enabled(), fastpath.status())
+    check("use_compiled(False) sends every call to Python", counts == seen, counts)
+    check("use_compiled(True) turns it on again", use_compiled(True) and compiled_status() == "on", compiled_status())
     with dev.create_event():
         pass
-    check("compiled again after enable()", counts["event_create"] > seen["event_create"], counts)
+    check("compiled again after use_compiled(True)", counts["event_create"] > seen["event_create"], counts)
 
     module.close()
     report["compiled_calls"] = counts
     report["driver"] = repr(driver)
     if stub is not None:
-        # One event and one executable graph were leaked on purpose above (their destroys failed).
-        check("nothing else left behind", live() == (before or 0) + 2, (before, live()))
+        # One event and (with graphs) one executable graph were leaked on purpose above (their destroys failed).
+        leaked = 2 if graphs else 1
+        check("nothing else left behind", live() == (before or 0) + leaked, (before, live()))
     return _finish(report, args.out)
 
 
