@@ -13,9 +13,8 @@ compiled build (a ``hatch_build.py`` beside their ``pyproject.toml``) built pure
   ``project.version``);
 - every ``cuguard-*`` requirement in the wheel's METADATA names a package of the tree
   and its specifier is satisfied by that package's in-tree version;
-- the meta-package requires every runtime layer (every package but cuguard-testing, cuguard-sweeps
-  and cuguard-fastpath)
-  and ships no code; each layer's wheel ships ``cuguard/<layer>/__init__.py`` and
+- the meta-package requires every runtime layer (every package but cuguard-testing and
+  cuguard-sweeps) and ships no code; each layer's wheel ships ``cuguard/<layer>/__init__.py`` and
   ``py.typed`` and no ``cuguard/__init__.py`` (``cuguard`` is a namespace package);
 - a package with a compiled build: its wheel in DIST_DIR is tagged for this interpreter and
   platform and ships its compiled extension (``cuguard/<layer>/_native.*.so``), its wheel in

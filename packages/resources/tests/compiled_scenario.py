@@ -66,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             report["failures"].append(name)
 
+    def refused(name: str, attempt: Callable[[], object], kind: type[Exception], ok: Callable[[Any], bool]) -> None:
+        """Check that ``attempt()`` raises ``kind`` and that ``ok(the exception)`` holds."""
+        try:
+            attempt()
+        except kind as exc:
+            check(name, ok(exc), exc)
+        else:
+            check(name, False, "no error")
+
     if compiled_status() != "on":
         check("compiled calls in use", False, compiled_status())
         return _finish(report, args.out)
@@ -146,16 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         (err,) = driver.cuStreamBeginCapture(raw, mode)
         check("a raw capture began", err == 0, err)
         calls_before = counts["mem_alloc_async"]
-        try:
-            dev.allocate(64, stream=captured)
-        except RuntimeError as exc:
-            check(
-                "an allocation on a capturing stream is refused in the compiled call",
-                "being captured" in str(exc) and counts["mem_alloc_async"] == calls_before + 1,
-                exc,
-            )
-        else:
-            check("an allocation on a capturing stream is refused in the compiled call", False, "no error")
+        refused(
+            "an allocation on a capturing stream is refused in the compiled call",
+            lambda: dev.allocate(64, stream=captured),
+            RuntimeError,
+            lambda exc: "being captured" in str(exc) and counts["mem_alloc_async"] == calls_before + 1,
+        )
         err, graph = driver.cuStreamEndCapture(raw)
         check("the capture ended valid (nothing was queued into it)", err == 0, err)
         if err == 0:
@@ -196,68 +201,45 @@ def main(argv: list[str] | None = None) -> int:
 
     seen = dict(counts)
     with inject("cuEventCreate", 2):
-        try:
-            dev.create_event()
-        except CUDAError as exc:
-            check("inject raises through the Python path", exc.code == 2 and exc.call == "cuEventCreate", exc)
-        else:
-            check("inject raises through the Python path", False, "no error")
+        refused(
+            "inject raises through the Python path",
+            dev.create_event,
+            CUDAError,
+            lambda exc: exc.code == 2 and exc.call == "cuEventCreate",
+        )
     check("no compiled call under the fault plan", counts["event_create"] == seen["event_create"], counts)
 
     # --- a failure returned to the compiled function is raised (stub only) ---
     if stub is not None:
-        for call, action in (
-            ("cuEventCreate", dev.create_event),
-            ("cuStreamCreate", dev.create_stream),
-        ):
-            stub.stub_fail(call.encode(), 2)
-            n = live()
-            try:
-                action()
-            except CUDAError as exc:
-                check(f"{call} failure raised", exc.code == 2 and exc.call == call and live() == n, exc)
-            else:
-                check(f"{call} failure raised", False, "no error")
         s2 = dev.create_stream()
-        stub.stub_fail(b"cuMemAllocAsync", 2)
-        try:
-            dev.allocate(64, stream=s2)
-        except CUDAError as exc:
-            check("cuMemAllocAsync failure raised", exc.call == "cuMemAllocAsync", exc)
-        else:
-            check("cuMemAllocAsync failure raised", False, "no error")
         e3 = dev.create_event()
-        stub.stub_fail(b"cuEventRecord", 1)
-        try:
-            e3.record(s2)
-        except CUDAError as exc:
-            check("cuEventRecord failure raised", exc.call == "cuEventRecord" and exc.code == 1, exc)
-        else:
-            check("cuEventRecord failure raised", False, "no error")
-        stub.stub_fail(b"cuEventDestroy", 1)
-        try:
-            e3.close()
-        except CUDAError as exc:
-            check("cuEventDestroy failure raised, event leaked", exc.call == "cuEventDestroy" and e3.closed, exc)
-        else:
-            check("cuEventDestroy failure raised, event leaked", False, "no error")
-        # Failures the compiled copies, graph calls and stream sync return, raised with the call's name.
-        attempts: tuple[tuple[str, int, Callable[[], object]], ...] = (
-            ("cuMemcpyHtoDAsync", 1, lambda: device_buf.copy_from(pinned, stream=s2)),
-            ("cuMemcpyDtoHAsync", 1, lambda: device_buf.copy_to(host, stream=s2)),
-            ("cuMemcpyHtoD", 2, lambda: device_buf.copy_from(pinned)),
-            ("cuMemcpyDtoH", 2, lambda: device_buf.copy_to(host)),
-            ("cuCtxGetCurrent", 201, lambda: device_buf.copy_from(pinned)),
-            ("cuStreamSynchronize", 999, s2.sync),
+        # Each failure a compiled function returns is raised with the call's name and code; a failed
+        # create leaves nothing, a failed destroy leaks the event (closed for use).
+        attempts: tuple[tuple[str, int, Callable[[], object], Callable[[], bool]], ...] = (
+            ("cuEventCreate", 2, dev.create_event, lambda: True),
+            ("cuStreamCreate", 2, dev.create_stream, lambda: True),
+            ("cuMemAllocAsync", 2, lambda: dev.allocate(64, stream=s2), lambda: True),
+            ("cuEventRecord", 1, lambda: e3.record(s2), lambda: True),
+            ("cuEventDestroy", 1, e3.close, lambda: e3.closed),
+            ("cuMemcpyHtoDAsync", 1, lambda: device_buf.copy_from(pinned, stream=s2), lambda: True),
+            ("cuMemcpyDtoHAsync", 1, lambda: device_buf.copy_to(host, stream=s2), lambda: True),
+            ("cuMemcpyHtoD", 2, lambda: device_buf.copy_from(pinned), lambda: True),
+            ("cuMemcpyDtoH", 2, lambda: device_buf.copy_to(host), lambda: True),
+            ("cuCtxGetCurrent", 201, lambda: device_buf.copy_from(pinned), lambda: True),
+            ("cuStreamSynchronize", 999, s2.sync, lambda: True),
         )
-        for call, code, attempt in attempts:
+        for call, code, attempt, after in attempts:
             stub.stub_fail(call.encode(), code)
-            try:
-                attempt()
-            except CUDAError as exc:
-                check(f"{call} failure raised", exc.code == code and exc.call == call, exc)
-            else:
-                check(f"{call} failure raised", False, "no error")
+            n = live()
+            leaked = call == "cuEventDestroy"
+            refused(
+                f"{call} failure raised" + (", event leaked" if leaked else ", nothing left"),
+                attempt,
+                CUDAError,
+                lambda exc, call=call, code=code, n=n, after=after: (
+                    exc.code == code and exc.call == call and live() == n and after()
+                ),
+            )
         # The capture check inside the compiled allocation (G6): asked only for a stream that may be capturing.
         s4 = dev.create_stream()
         queries = int(stub.stub_capture_queries())
@@ -267,64 +249,43 @@ def main(argv: list[str] | None = None) -> int:
         stub.stub_capturing(1)
         n = live()
         calls_before = counts["mem_alloc_async"]
-        try:
-            dev.allocate(64, stream=s4)
-        except RuntimeError as exc:
-            check(
-                "an allocation on a capturing stream is refused in the compiled call, nothing made",
-                "being captured" in str(exc) and live() == n and counts["mem_alloc_async"] == calls_before + 1,
-                exc,
-            )
-        else:
-            check(
-                "an allocation on a capturing stream is refused in the compiled call, nothing made", False, "no error"
-            )
+        refused(
+            "an allocation on a capturing stream is refused in the compiled call, nothing made",
+            lambda: dev.allocate(64, stream=s4),
+            RuntimeError,
+            lambda exc: "being captured" in str(exc) and live() == n and counts["mem_alloc_async"] == calls_before + 1,
+        )
         stub.stub_capturing(0)
         stub.stub_fail(b"cuStreamIsCapturing", 2)
-        try:
-            dev.allocate(64, stream=s4)
-        except CUDAError as exc:
-            check(
-                "a refused capture query raised, nothing made", exc.call == "cuStreamIsCapturing" and live() == n, exc
-            )
-        else:
-            check("a refused capture query raised, nothing made", False, "no error")
+        refused(
+            "a refused capture query raised, nothing made",
+            lambda: dev.allocate(64, stream=s4),
+            CUDAError,
+            lambda exc: exc.call == "cuStreamIsCapturing" and live() == n,
+        )
         s4.close()
         if graphs:
             failing = GraphDefinition()
             failing.empty()
             n = live()
             stub.stub_fail(b"cuGraphInstantiate", 2)
-            try:
-                failing.instantiate()
-            except CUDAError as exc:
-                check(
-                    "cuGraphInstantiate failure raised, nothing made",
-                    exc.call == "cuGraphInstantiate" and live() == n,
-                    exc,
-                )
-            else:
-                check("cuGraphInstantiate failure raised, nothing made", False, "no error")
+            refused(
+                "cuGraphInstantiate failure raised, nothing made",
+                failing.instantiate,
+                CUDAError,
+                lambda exc: exc.call == "cuGraphInstantiate" and live() == n,
+            )
             exe3 = failing.instantiate()
             stub.stub_fail(b"cuGraphLaunch", 1)
-            try:
-                exe3.launch(s2)
-            except CUDAError as exc:
-                check("cuGraphLaunch failure raised, graph usable", exc.call == "cuGraphLaunch", exc)
-                exe3.launch(s2)
-            else:
-                check("cuGraphLaunch failure raised, graph usable", False, "no error")
+            refused("cuGraphLaunch failure raised", lambda: exe3.launch(s2), CUDAError, lambda exc: exc.code == 1)
+            exe3.launch(s2)  # still usable
             stub.stub_fail(b"cuGraphExecDestroy", 1)
-            try:
-                exe3.close()
-            except CUDAError as exc:
-                check(
-                    "cuGraphExecDestroy failure raised, graph leaked",
-                    exc.call == "cuGraphExecDestroy" and exe3.closed,
-                    exc,
-                )
-            else:
-                check("cuGraphExecDestroy failure raised, graph leaked", False, "no error")
+            refused(
+                "cuGraphExecDestroy failure raised, graph leaked",
+                exe3.close,
+                CUDAError,
+                lambda exc: exc.call == "cuGraphExecDestroy" and exe3.closed,
+            )
             failing.close()
         s2.close()
 

@@ -272,7 +272,7 @@ def on_route_change(listener: Callable[[bool], None]) -> None:
     ``cuda.bindings.driver`` functions: the real driver is loaded, the active
     driver is it (no simulator, fault plan, ``record_calls`` or other wrapper
     installed) and no CUDA callback is running (where the seam refuses calls,
-    O5). For the compiled fast path: the layers use it only while ``direct``,
+    O5). For compiled driver calls: the layers use them only while ``direct``,
     with one flag read instead of comparing the seam's functions on each call.
     A listener must not raise and must not call any driver; it may be called
     on a driver thread (when a callback starts or ends).

@@ -25,7 +25,7 @@ patch release never removes or changes one.
 - What the layers keep per driver: :func:`driver_state`, :func:`forget_driver` (and
   :func:`on_driver_forgotten` for tables of their own), :func:`base_driver` (the driver under
   its wrappers),
-  :func:`on_driver_change`; the seam's route for a compiled fast path:
+  :func:`on_driver_change`; the seam's route, for compiled driver calls:
   :func:`on_route_change`; the process's default driver:
   :data:`DRIVER_VARIABLE`, :func:`default_driver_choice`.
 - Fault attribution's switch, read on each launch: :func:`attributing`.

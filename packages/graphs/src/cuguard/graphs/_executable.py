@@ -134,7 +134,7 @@ class Graph(_Collected):
         """The ``CUgraphExec``; raises ``ResourceClosedError`` once closed."""
         self._check_open()
         handle = self._handle
-        if type(handle) is int:  # the compiled fast path keeps the address: the bindings' type on demand
+        if type(handle) is int:  # the compiled build keeps the address: the bindings' type on demand
             return _types().CUgraphExec(handle)
         return handle
 

@@ -301,32 +301,28 @@ def graph_exec_destroy(graph_exec, /):
     return one_handle(graph_exec, p_cuGraphExecDestroy, True)
 
 
-def event_record(event, stream, /):
-    """``cuEventRecord`` (the GIL released): the status."""
-    cdef void *e
-    cdef void *s
+cdef object two_handles(object first, object second, two_handles_t fn):
+    """``fn(first, second)`` with the GIL released: the status."""
+    cdef void *a
+    cdef void *b
     cdef CUresult err
     check_ready()
-    address(event, &e)
-    address(stream, &s)
+    address(first, &a)
+    address(second, &b)
     with nogil:
-        err = p_cuEventRecord(e, s)
+        err = fn(a, b)
     raised(err)
     return err
+
+
+def event_record(event, stream, /):
+    """``cuEventRecord`` (the GIL released): the status."""
+    return two_handles(event, stream, p_cuEventRecord)
 
 
 def graph_launch(graph_exec, stream, /):
     """``cuGraphLaunch`` (the GIL released): the status."""
-    cdef void *g
-    cdef void *s
-    cdef CUresult err
-    check_ready()
-    address(graph_exec, &g)
-    address(stream, &s)
-    with nogil:
-        err = p_cuGraphLaunch(g, s)
-    raised(err)
-    return err
+    return two_handles(graph_exec, stream, p_cuGraphLaunch)
 
 
 def mem_alloc_async(size_t size, stream, bint ask_capture, /):

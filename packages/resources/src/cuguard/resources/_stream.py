@@ -538,7 +538,7 @@ class Event(Resource):
         if self._closed or self._context._closed:
             self._check_open()
         handle = self._handle
-        if type(handle) is int:  # the compiled fast path keeps the address: the bindings' type on demand
+        if type(handle) is int:  # the compiled build keeps the address: the bindings' type on demand
             return driver_types().CUevent(handle)
         return handle
 

@@ -135,7 +135,7 @@ COVERAGE: dict[str, str] = {
         "errors.on_route_change",
         "errors.set_acquire_hook",
         "resources.add_close_guard",
-        "resources.follow_fastpath",
+        "resources.follow_compiled",
     ),
     **_rows(
         "a step of cuguard's own operations (their switch, relaxed-mode or argument path), drawn through them",
