@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     stream.sync()
     event.close()
     stream.close()
-    check("every hot operation compiled", all(counts.values()), {k: v for k, v in counts.items() if not v})
+    unused = {k: v for k, v in counts.items() if not v and not k.endswith("_switched")}  # the switch: below
+    check("every hot operation compiled", not unused, unused)
     check("event query answered", done in (True, False), done)
     if stub is not None:
         copies = int(stub.stub_copies())
@@ -177,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         check("switch restores the caller's context", now == other, now)
         check("switched event in the device's context", e2.context == dev.context, e2.context)
         e2.close()
+        s5 = dev.create_stream()
+        check("switched stream in the device's context", s5.context == dev.context, s5.context)
+        check("switched stream restores the caller's context", Context.current() == other, Context.current())
+        s5.close()
+        made = counts["event_create_switched"], counts["stream_create_switched"]
+        check("switched creates made in one compiled call each", made == (1, 1), made)
         # The synchronous copy and the instantiate need the device's context: switched in, then restored.
         seen = dict(counts)
         device_buf.copy_from(pinned)
@@ -195,6 +202,41 @@ def main(argv: list[str] | None = None) -> int:
         dev.set_current()
         other.close()
         del previous
+
+    # --- the switch path's failures, in one compiled call (stub only): handled as call_switched's (C1, C2, G1) ---
+    if stub is not None:
+        other = Context.create(0)
+        previous = other.set_current()
+        try:
+            for kind, make in (("event", dev.create_event), ("stream", dev.create_stream)):
+                call = "cuEventCreate" if kind == "event" else "cuStreamCreate"
+                n = live()
+                stub.stub_fail(b"cuCtxSetCurrent", 1)  # the switch in: nothing runs
+                refused(
+                    f"switched {kind}: a refused switch raises, nothing made, the caller's context kept",
+                    make,
+                    CUDAError,
+                    lambda exc, n=n: exc.call == "cuCtxSetCurrent" and live() == n and Context.current() == other,
+                )
+                stub.stub_fail(call.encode(), 2)  # the create: raised after the restore
+                refused(
+                    f"switched {kind}: a refused create raises after the restore, nothing made",
+                    make,
+                    CUDAError,
+                    lambda exc, n=n, call=call: exc.call == call and live() == n and Context.current() == other,
+                )
+                stub.stub_fail_later(b"cuCtxSetCurrent", 1, 1)  # the restore: the new object undone (C2)
+                refused(
+                    f"switched {kind}: a refused restore undoes the {kind} and raises",
+                    make,
+                    CUDAError,
+                    lambda exc, n=n: "cuCtxSetCurrent" in str(exc) and live() == n,
+                )
+                other.set_current()
+        finally:
+            dev.set_current()
+            other.close()
+            del previous
 
     # --- a fault plan over the real driver sees the call (Python path) ---
     from cuguard.testing import inject

@@ -23,12 +23,23 @@ typedef unsigned long long u64;
 #define INVALID_VALUE 1
 #define INVALID_CONTEXT 201
 
-/* stub_fail(name, code): the next call of `name` returns `code` (tests of the failure paths). */
+/* stub_fail(name, code): the next call of `name` returns `code` (tests of the failure paths);
+ * stub_fail_later(name, skip, code): the call after the next `skip` calls of `name` does. */
 static char fail_name[64];
-static int fail_code;
-void stub_fail(const char *name, int code) { strncpy(fail_name, name, sizeof fail_name - 1); fail_code = code; }
+static int fail_code, fail_skip;
+void stub_fail_later(const char *name, int skip, int code) {
+    strncpy(fail_name, name, sizeof fail_name - 1);
+    fail_code = code;
+    fail_skip = skip;
+}
+void stub_fail(const char *name, int code) { stub_fail_later(name, 0, code); }
 static int failing(const char *name) {
-    if (fail_code && strcmp(fail_name, name) == 0) { int code = fail_code; fail_code = 0; return code; }
+    if (fail_code && strcmp(fail_name, name) == 0) {
+        if (fail_skip > 0) { fail_skip--; return 0; }
+        int code = fail_code;
+        fail_code = 0;
+        return code;
+    }
     return 0;
 }
 #define FAIL(name) do { int code_ = failing(name); if (code_) return code_; } while (0)
@@ -65,6 +76,7 @@ CUresult cuDevicePrimaryCtxRetain(ptr_t *ctx, int dev) { *ctx = primary_block; r
 CUresult cuDevicePrimaryCtxRelease(int dev) { return OK; }
 CUresult cuCtxGetCurrent(ptr_t *ctx) { FAIL("cuCtxGetCurrent"); *ctx = depth ? stack[depth - 1] : NULL; return OK; }
 CUresult cuCtxSetCurrent(ptr_t ctx) {
+    FAIL("cuCtxSetCurrent");
     if (ctx == NULL) { if (depth) depth--; return OK; }
     if (depth) stack[depth - 1] = ctx; else stack[depth++] = ctx;
     return OK;

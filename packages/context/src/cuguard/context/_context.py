@@ -756,6 +756,34 @@ def call_switched(
     return value
 
 
+def call_switched_by(
+    context: Context,
+    previous: Any,
+    op: Callable[..., tuple[Any, Any, Any, Any]],
+    call: str,
+    undo: Callable[[Any], object],
+    *args: Any,
+) -> Any:
+    """:func:`call_switched` with the switch, the call and the restore made by one compiled ``op``.
+
+    ``op(context address, previous, *args)`` switches to ``context``, makes the
+    driver call, switches back to ``previous`` and returns ``(switch status,
+    status, value, restore status)`` (a refused switch: nothing else ran). Every
+    failure is handled here exactly as :func:`call_switched` handles it: a
+    refused switch raises; a failed call raises after the restore, a failed
+    restore being a note on it (G4); a failed restore after a successful call
+    runs ``undo(value)`` while ``context`` is current and raises the C2 error.
+    """
+    if _any_gone[0]:
+        previous = _restorable(previous)
+    serr, err, value, rerr = op(context._int, previous, *args)
+    if serr:
+        raise_status(serr, "cuCtxSetCurrent")
+    if err or rerr:
+        _switched_failed(err, rerr, value, previous, context, call=call, undo=undo)
+    return value
+
+
 def _switched_failed(
     err: Any, rerr: Any, value: Any, previous: Any, context: Context, *, call: str, undo: Callable[[Any], object]
 ) -> None:

@@ -7,7 +7,8 @@ The names here change only in a minor release, never in a patch release.
 
 - :func:`call_switched`: :func:`~cuguard.context.call_in`'s switch path for
   one creating driver call, for hot paths that have just read the current
-  context themselves.
+  context themselves; :func:`call_switched_by`, the same with the switch, the
+  call and the restore made by one compiled function (the compiled build's).
 - :func:`on_synchronized`: register an observer of every successful
   :meth:`~cuguard.context.Context.synchronize` (the race checker's ordering
   edge).
@@ -28,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from cuguard.context._context import Context, _synchronized, call_switched
+from cuguard.context._context import Context, _synchronized, call_switched, call_switched_by
 
-__all__ = ["CONTEXT_FIELDS", "call_switched", "on_synchronized"]
+__all__ = ["CONTEXT_FIELDS", "call_switched", "call_switched_by", "on_synchronized"]
 
 #: The fields (and the one method) of :class:`~cuguard.context.Context` the layers above may read.
 CONTEXT_FIELDS: Final = frozenset(

@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
-from cuguard.context.lowlevel import call_switched
+from cuguard.context.lowlevel import call_switched, call_switched_by
 from cuguard.errors import ResourceClosedError, driver, driver_token, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, driver_state, int_argument, wrong_kind
 from cuguard.resources import _race
@@ -460,10 +460,16 @@ class Device:
                         raise_status(err, "cuStreamCreate")
                     current = None
             if current is not None:
-                # Another context is current: switch in, create, restore (C1), call_in's path inlined.
-                handle = call_switched(
-                    context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
-                )
+                # Another context is current: switch in, create, restore (C1), call_in's path inlined
+                # (compiled: the three driver calls in one; the failures handled as call_switched's).
+                if fp is not None:
+                    handle = call_switched_by(
+                        context, current, fp.stream_create_switched, "cuStreamCreate", _stream_destroy, flags
+                    )
+                else:
+                    handle = call_switched(
+                        context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
+                    )
             stream = _new(Stream)
             stream._handle = handle
             stream._context = context
@@ -534,8 +540,16 @@ class Device:
                         raise_status(err, "cuEventCreate")
                     current = None
             if current is not None:
-                # Another context is current: switch in, create, restore (C1), call_in's path inlined.
-                handle = call_switched(context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags)
+                # Another context is current: switch in, create, restore (C1), call_in's path inlined
+                # (compiled: the three driver calls in one; the failures handled as call_switched's).
+                if fp is not None:
+                    handle = call_switched_by(
+                        context, current, fp.event_create_switched, "cuEventCreate", _event_destroy, flags
+                    )
+                else:
+                    handle = call_switched(
+                        context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags
+                    )
             event = _new(Event)
             event._handle = handle
             event._context = context

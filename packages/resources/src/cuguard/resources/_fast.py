@@ -52,10 +52,12 @@ PURE_VARIABLE = "CUGUARD_PURE_PYTHON"
 #: The extension's functions the hot paths call (see ``_native.pyi``).
 COMPILED_FUNCTIONS = (
     "event_create",
+    "event_create_switched",
     "event_destroy",
     "event_record",
     "event_query",
     "stream_create",
+    "stream_create_switched",
     "stream_destroy",
     "stream_synchronize",
     "mem_alloc_async",
@@ -80,10 +82,12 @@ class CompiledCalls:
     """
 
     event_create: Callable[[int, int], tuple[int, Any]]
+    event_create_switched: Callable[[int, Any, int], tuple[Any, Any, Any, Any]]
     event_destroy: Callable[[Any], int]
     event_record: Callable[[Any, Any], int]
     event_query: Callable[[Any], int]
     stream_create: Callable[[int, int], tuple[int, Any]]
+    stream_create_switched: Callable[[int, Any, int], tuple[Any, Any, Any, Any]]
     stream_destroy: Callable[[Any], int]
     stream_synchronize: Callable[[Any], int]
     mem_alloc_async: Callable[[int, Any, bool], tuple[int, Any]]

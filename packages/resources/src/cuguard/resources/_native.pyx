@@ -50,6 +50,7 @@ ctypedef unsigned long long CUdeviceptr
 ctypedef CUresult (*ctx_get_current_t)(void **) noexcept nogil
 ctypedef CUresult (*create_t)(void **, unsigned int) noexcept nogil
 ctypedef CUresult (*one_handle_t)(void *) noexcept nogil
+ctypedef CUresult (*set_current_t)(void *) noexcept nogil
 ctypedef CUresult (*two_handles_t)(void *, void *) noexcept nogil
 ctypedef CUresult (*is_capturing_t)(void *, int *) noexcept nogil
 ctypedef CUresult (*mem_alloc_async_t)(CUdeviceptr *, size_t, void *) noexcept nogil
@@ -64,6 +65,7 @@ ctypedef CUresult (*memcpy_htod_t)(CUdeviceptr, const void *, size_t) noexcept n
 ctypedef CUresult (*memcpy_dtoh_t)(void *, CUdeviceptr, size_t) noexcept nogil
 
 cdef ctx_get_current_t p_cuCtxGetCurrent = NULL
+cdef set_current_t p_cuCtxSetCurrent = NULL
 cdef create_t p_cuEventCreate = NULL
 cdef one_handle_t p_cuEventDestroy = NULL
 cdef two_handles_t p_cuEventRecord = NULL
@@ -98,6 +100,7 @@ CAPTURING = -2
 #: Each entry point: its name in ``__pyx_capi__`` and the C signature its capsule must carry.
 ENTRY_POINTS = (
     ("cuCtxGetCurrent", "CUresult (CUcontext *)"),
+    ("cuCtxSetCurrent", "CUresult (CUcontext)"),
     ("cuEventCreate", "CUresult (CUevent *, unsigned int)"),
     ("cuEventDestroy", "CUresult (CUevent)"),
     ("cuEventRecord", "CUresult (CUevent, CUstream)"),
@@ -201,11 +204,12 @@ def setup(dict capi, stream, event, deviceptr, graphnode, /):
         found[entry] = <uintptr_t>pointer
     if problems:
         return problems
-    global p_cuCtxGetCurrent, p_cuEventCreate, p_cuEventDestroy, p_cuEventRecord, p_cuEventQuery
+    global p_cuCtxGetCurrent, p_cuCtxSetCurrent, p_cuEventCreate, p_cuEventDestroy, p_cuEventRecord, p_cuEventQuery
     global p_cuStreamCreate, p_cuStreamDestroy, p_cuStreamIsCapturing, p_cuMemAllocAsync, p_cuMemFreeAsync
     global p_cuLaunchKernel, p_cuGraphAddEmptyNode, p_cuGraphInstantiate, p_cuGraphLaunch, p_cuGraphExecDestroy
     global p_cuStreamSynchronize, p_cuMemcpyHtoDAsync, p_cuMemcpyDtoHAsync, p_cuMemcpyHtoD, p_cuMemcpyDtoH
     p_cuCtxGetCurrent = <ctx_get_current_t><uintptr_t>found["cuCtxGetCurrent"]
+    p_cuCtxSetCurrent = <set_current_t><uintptr_t>found["cuCtxSetCurrent"]
     p_cuEventCreate = <create_t><uintptr_t>found["cuEventCreate"]
     p_cuEventDestroy = <one_handle_t><uintptr_t>found["cuEventDestroy"]
     p_cuEventRecord = <two_handles_t><uintptr_t>found["cuEventRecord"]
@@ -260,6 +264,48 @@ def event_create(context, unsigned int flags, /):
 def stream_create(context, unsigned int flags, /):
     """Create a stream in ``context`` if it is current: ``(0, CUstream)``, ``(-1, current)`` or ``(status, call)``."""
     return create_in(context, flags, p_cuStreamCreate, "cuStreamCreate", False, True)
+
+
+cdef object create_switched(object context, object previous, unsigned int flags, create_t create, bint as_int,
+                           bint release):
+    """Switch to ``context``, create, switch back to ``previous``: ``(switch status, status, handle, restore
+    status)``. A refused switch runs nothing else; a failed create is still followed by the restore."""
+    cdef void *want
+    cdef void *back
+    cdef void *handle = NULL
+    cdef CUresult serr
+    cdef CUresult err = 0
+    cdef CUresult rerr = 0
+    check_ready()
+    address(context, &want)
+    address(previous, &back)
+    if release:
+        with nogil:
+            serr = p_cuCtxSetCurrent(want)
+            if serr == 0:
+                err = create(&handle, flags)
+                rerr = p_cuCtxSetCurrent(back)
+    else:
+        serr = p_cuCtxSetCurrent(want)
+        if serr == 0:
+            err = create(&handle, flags)
+            rerr = p_cuCtxSetCurrent(back)
+    raised(serr or err or rerr)
+    if serr or err:
+        return (serr, err, None, rerr)
+    made = PyLong_FromVoidPtr(handle) if as_int else t_stream(PyLong_FromVoidPtr(handle))
+    return (0, 0, made, rerr)
+
+
+def event_create_switched(context, previous, unsigned int flags, /):
+    """Create an event in ``context`` while ``previous`` is current (see ``create_switched``): the event's
+    address as an int."""
+    return create_switched(context, previous, flags, p_cuEventCreate, True, False)
+
+
+def stream_create_switched(context, previous, unsigned int flags, /):
+    """Create a stream in ``context`` while ``previous`` is current (the GIL released): a ``CUstream``."""
+    return create_switched(context, previous, flags, p_cuStreamCreate, False, True)
 
 
 cdef object one_handle(object obj, one_handle_t fn, bint release):

@@ -393,6 +393,7 @@ def module_scenarios() -> list[Scenario]:
 
 #: Public callables of resources that make no driver call, with the reason (keys as in ``Scenario.covers``).
 NO_DRIVER_CALL_RESOURCES: dict[str, str] = {
+    "resources.compiled": "a flag fixed at import: which build runs",
     "resources.Device.ordinal": _NO_CALL_RESOURCE,
     "resources.Device.handle": _NO_CALL_RESOURCE,
     "resources.Resource": "abstract base: close/handle/context are swept through each subclass",

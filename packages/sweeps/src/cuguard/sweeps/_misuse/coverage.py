@@ -136,10 +136,16 @@ COVERAGE: dict[str, str] = {
         "errors.set_acquire_hook",
         "resources.add_close_guard",
         "resources.follow_compiled",
+        "resources.use_compiled",
+    ),
+    **_rows(
+        "says why the compiled build's calls are in use or not: a string, no driver call, nothing to misuse",
+        "resources.compiled_status",
     ),
     **_rows(
         "a step of cuguard's own operations (their switch, relaxed-mode or argument path), drawn through them",
         "context.call_switched",
+        "context.call_switched_by",
         "resources.on_own_behalf",
         "resources.unprohibited",
         "resources.check_read_only",
