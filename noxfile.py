@@ -43,6 +43,8 @@ Sessions
   checks the built metadata against the tree and the wheels' tags and contents; then the
   compiled and the pure wheels are each installed, binaries only, in a fresh environment and
   imported (``cuguard.resources.compiled`` must say which build it is).
+- ``wheels`` (tagged long): the compiled wheels for Python 3.11 to 3.13 (every one found on the
+  machine), each installed, binaries only, in a fresh environment of its Python and imported.
 - ``sweep``: the failure-point sweep (contract B5), ``scripts/sweep``, on a fixed seeded
   sample (:data:`SWEEP_SAMPLE`: every operation's fault-free run, one failure point of every
   operation in every failure mode, the rest at random; a few minutes on 2 cores);
@@ -282,7 +284,7 @@ def compiled(session: nox.Session, bindings: int) -> None:
     (errors, context) have no compiled code: their tests are the same in both builds.
     """
     compiled_package = PACKAGES[COMPILED_DIST]
-    others = [p for p in PACKAGES.values() if p.dist not in {COMPILED_DIST, SWEEPS_DIST}]
+    others = [p for p in PACKAGES.values() if p.dist != COMPILED_DIST]  # the contract suite runs the sweeps too
     required = {REQUIRE_COMPILED_VARIABLE: "1"}
     editables = [arg for package in others for arg in ("-e", str(package.path))]
     session.install(
@@ -400,6 +402,73 @@ def build(session: nox.Session) -> None:
             *map(str, wheels), BINDINGS[DEFAULT_BINDINGS_MAJOR], external=True,
         )  # fmt: skip
         session.run(python, "-c", probe.format(expected), external=True, env={PURE_VARIABLE: ""})
+
+
+# The Python versions the compiled wheels are built for (`nox -s wheels`).
+WHEEL_PYTHONS = ("3.11", "3.12", "3.13")
+
+
+def _find_python(version: str) -> str | None:
+    """An interpreter of ``version`` on this machine (uv's search, then pyenv's versions), or ``None``."""
+    import os
+    import subprocess
+
+    found = subprocess.run(
+        ["uv", "python", "find", "--no-python-downloads", version], capture_output=True, text=True, check=False
+    )
+    if found.returncode == 0 and found.stdout.strip():
+        return found.stdout.strip()
+    pyenv = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
+    candidates = sorted(Path(pyenv, "versions").glob(f"{version}.*/bin/python"))
+    return str(candidates[-1]) if candidates else None
+
+
+@nox.session(tags=[LONG_TAG])
+def wheels(session: nox.Session) -> None:
+    """Build the compiled wheel of every package with a compiled build for Python 3.11 to 3.13.
+
+    For each version found on the machine (``WHEEL_PYTHONS``; uv's search, then pyenv's
+    versions; none is downloaded), the wheel is built in isolation with the compiled build
+    required, installed, binaries only, in a fresh environment of that Python with the other
+    layers' wheels, and imported (``cuguard.resources.compiled`` must be true). The wheels go to
+    the session's tmp directory. A version not on the machine is named in the log and skipped
+    (``-- --all`` fails instead); none found fails.
+    """
+    require_all = "--all" in session.posargs
+    tmp = Path(session.create_tmp())
+    out = tmp / "wheels"
+    shutil.rmtree(out, ignore_errors=True)
+    pure_layers = [p for p in PACKAGES.values() if p.dist in ("cuguard-errors", "cuguard-context")]
+    for package in pure_layers:
+        session.run("uv", "build", "--quiet", "--wheel", "--out-dir", str(out), str(package.path), external=True)
+    built, missing = [], []
+    for version in WHEEL_PYTHONS:
+        python = _find_python(version)
+        if python is None:
+            missing.append(version)
+            continue
+        folder = out / version
+        session.run(
+            "uv", "build", "--quiet", "--wheel", "--python", python, "--out-dir", str(folder),
+            str(PACKAGES[COMPILED_DIST].path), external=True, env={REQUIRE_COMPILED_VARIABLE: "1"},
+        )  # fmt: skip
+        [wheel] = folder.glob("*.whl")
+        venv = tmp / f"venv-{version}"
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run("uv", "venv", "--quiet", "--python", python, str(venv), external=True)
+        target = str(venv / "bin" / "python")
+        session.run(
+            "uv", "pip", "install", "--quiet", "--python", target, "--only-binary", ":all:", str(wheel),
+            *map(str, out.glob("*.whl")), BINDINGS[DEFAULT_BINDINGS_MAJOR], external=True,
+        )  # fmt: skip
+        probe = "import cuguard.resources as r; print(r.__file__, r.compiled); raise SystemExit(0 if r.compiled else 1)"
+        session.run(target, "-c", probe, external=True, env={PURE_VARIABLE: ""})
+        built.append(wheel.name)
+    session.log(f"built and imported: {', '.join(built) or 'none'}")
+    if missing:
+        session.log(f"not built: no Python {', '.join(missing)} on this machine")
+    if not built or (missing and require_all):
+        session.error(f"no Python {', '.join(missing)} on this machine to build for")
 
 
 @nox.session

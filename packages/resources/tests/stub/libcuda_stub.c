@@ -191,7 +191,11 @@ CUresult cuGraphGetNodes(ptr_t g, ptr_t *nodes, size_t *count) {
     return OK;
 }
 /* Edges are not kept: a graph reports none. */
+/* cuGraphGetEdges takes edge data from CUDA 12.3 on (cuGraphGetEdges_v2); cuda-bindings 12.x also calls
+ * the older form, without it, asking for version 10000 (cuGetProcAddress below hands out the form the
+ * version asked for). */
 CUresult cuGraphGetEdges(ptr_t g, ptr_t *from, ptr_t *to, void *data, size_t *count) { *count = 0; return OK; }
+CUresult cuGraphGetEdges_v1(ptr_t g, ptr_t *from, ptr_t *to, size_t *count) { *count = 0; return OK; }
 CUresult cuGraphInstantiateWithFlags(ptr_t *exe, ptr_t g, unsigned long long flags) {
     FAIL("cuGraphInstantiate");
     if (!g) return INVALID_VALUE;
@@ -243,7 +247,7 @@ static void *lookup(const char *name) {
 }
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, u64 flags, int *status) {
-    *pfn = lookup(symbol);
+    *pfn = version < 12030 && strcmp(symbol, "cuGraphGetEdges") == 0 ? (void *)cuGraphGetEdges_v1 : lookup(symbol);
     if (status) *status = *pfn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / SYMBOL_NOT_FOUND */
     return *pfn ? OK : NOT_FOUND;
 }

@@ -120,7 +120,7 @@ class Context(Unique):
 
     @classmethod
     def _make(cls, handle: Any, device: int | None, kind: str) -> Context:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._handle = handle
         self._int = value = int(handle)
         self._device = device

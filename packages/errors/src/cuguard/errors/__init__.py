@@ -48,7 +48,6 @@ from cuguard.errors._exceptions import StickyCUDAError as StickyCUDAError
 from cuguard.errors._locks import collection_deferred as collection_deferred
 from cuguard.errors._locks import deferring_lock as deferring_lock
 from cuguard.errors._onefault import StickyFaultWarning as StickyFaultWarning
-from cuguard.errors._ownership import Unique as Unique
 from cuguard.errors._ownership import defer as defer
 from cuguard.errors._ownership import deferred_count as deferred_count
 from cuguard.errors._ownership import enter_driver_callback as enter_driver_callback
@@ -87,6 +86,7 @@ from cuguard.errors._sticky import attributing as attributing
 from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
 from cuguard.errors._table import driver_entry as _driver_entry
 from cuguard.errors._transaction import Transaction as Transaction
+from cuguard.errors.owners import Unique as Unique
 
 __all__ = [
     "RESTORE_CONTEXT",

@@ -49,8 +49,9 @@ from typing import Any
 from cuguard.errors import _ownership
 from cuguard.errors._exceptions import CUDAWarning
 from cuguard.errors._locks import deferring_lock
-from cuguard.errors._ownership import Unique, defer
+from cuguard.errors._ownership import defer
 from cuguard.errors._seam import driver_state, first_sticky_fault, record_sticky_fault
+from cuguard.errors.owners import Unique
 
 __all__ = ["StickyFaultWarning", "fold"]
 

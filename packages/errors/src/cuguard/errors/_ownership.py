@@ -1,8 +1,7 @@
 """Ownership helpers every layer shares (contract O1, O5).
 
-- :class:`Unique`: the base of every class whose objects own a driver handle.
-  Such an object has exactly one Python owner: copying, deep-copying or
-  pickling it raises ``TypeError`` naming the class (O1).
+- :class:`~cuguard.errors.owners.Unique` (in :mod:`cuguard.errors.owners`): the
+  base of every class whose objects own a driver handle (O1).
 - :func:`refuse_construction`: the ``TypeError`` for a class that only a
   factory makes (O1).
 - The release thread (O5). CUDA calls host functions and user-object
@@ -27,7 +26,6 @@ from cuguard.errors import _seam
 from cuguard.errors._locks import _state, deferring_lock
 
 __all__ = [
-    "Unique",
     "defer",
     "deferred_count",
     "enter_driver_callback",
@@ -37,36 +35,6 @@ __all__ = [
     "refuse_construction",
     "wrong_kind",
 ]
-
-
-class Unique:
-    """Base of classes whose objects are the one Python owner of a driver handle (O1).
-
-    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` raise ``TypeError`` naming
-    the class: a second Python object for the same handle would release it a
-    second time, which crashes the real driver. Share the object itself.
-    """
-
-    __slots__ = ()
-
-    def _refuse_copy(self) -> NoReturn:
-        name = type(self).__name__
-        raise TypeError(
-            f"{name} objects cannot be copied or pickled: each owns a CUDA driver handle, "
-            f"and a second {name} for the same handle would release it twice; share the object itself"
-        )
-
-    def __copy__(self) -> NoReturn:
-        self._refuse_copy()
-
-    def __deepcopy__(self, memo: object) -> NoReturn:
-        self._refuse_copy()
-
-    def __reduce_ex__(self, protocol: object) -> NoReturn:
-        self._refuse_copy()
-
-    def __reduce__(self) -> NoReturn:
-        self._refuse_copy()
 
 
 def refuse_construction(cls: type, factory: str) -> NoReturn:

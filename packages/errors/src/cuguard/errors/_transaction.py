@@ -6,8 +6,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from cuguard.errors._ownership import Unique, wrong_kind
+from cuguard.errors._ownership import wrong_kind
 from cuguard.errors._report import add_failure_note
+from cuguard.errors.owners import Unique
 
 __all__ = ["Transaction"]
 

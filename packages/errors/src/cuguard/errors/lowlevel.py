@@ -50,10 +50,8 @@ from cuguard.errors._arguments import (
     status_argument,
 )
 from cuguard.errors._facts import DRIVER_FACTS, REFCOUNTED, DriverFact, calls_where
-from cuguard.errors._lifecycle import Owned
 from cuguard.errors._locks import DeferringLock, collection_deferred, deferring_lock, set_acquire_hook
 from cuguard.errors._ownership import (
-    Unique,
     defer,
     deferred_count,
     enter_driver_callback,
@@ -73,6 +71,7 @@ from cuguard.errors._seam import (
     on_route_change,
 )
 from cuguard.errors._sticky import attributing
+from cuguard.errors.owners import Owned, Unique
 
 __all__ = [
     "DRIVER_FACTS",

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NodeBuilders"]
 
-_new_node = object.__new__
 _NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
@@ -225,7 +224,7 @@ class NodeBuilders:
             err, handle = driver.cuGraphAddEmptyNode(self._handle, handles, count)
         if err:
             raise_status(err, "cuGraphAddEmptyNode")
-        node = _new_node(Node)
+        node = Node.__new__(Node)
         node._graph = self  # type: ignore[assignment]
         node._handle = handle
         node._kind = "empty"

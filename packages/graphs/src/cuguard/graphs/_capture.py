@@ -178,7 +178,7 @@ class _Capture:
         return f"<capture of {self.builder!r}>"
 
 
-class GraphBuilder(CaptureBranches, _Collected):
+class GraphBuilder(_Collected, CaptureBranches):
     """Builds a graph definition by capturing the work queued on a stream (cuda.core's ``GraphBuilder``).
 
     ``GraphBuilder(stream)`` wraps ``stream`` (a :class:`~cuguard.resources.Stream`;

@@ -155,7 +155,7 @@ class CaptureBranches(CapturedWork):
 
         made: list[GraphBuilder] = []
         for stream, body in zip(streams, list(params.conditional.phGraph_out)[:size], strict=True):
-            builder = object.__new__(GraphBuilder)
+            builder = GraphBuilder.__new__(GraphBuilder)
             builder._setup(stream, self._mode, None)
             builder._parent = root
             builder._body = body
@@ -219,7 +219,7 @@ class CaptureBranches(CapturedWork):
 
         made: list[GraphBuilder] = [self]  # type: ignore[list-item]
         for stream in streams:
-            fork = object.__new__(GraphBuilder)
+            fork = GraphBuilder.__new__(GraphBuilder)
             fork._setup(stream, self._mode, root)
             root._forks.append((weakref.ref(fork), stream))  # its stream is closed with the capture
             capture_joined(stream, root._owners)  # what work captured on it uses belongs to the capture (G6)

@@ -134,7 +134,7 @@ class ConditionalBody(GraphDefinition):
 
     @classmethod
     def _of(cls, node: Node, handle: Any, root: GraphDefinition, context: Context) -> ConditionalBody:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._closed = True
         self._setup(handle, context, {}, 0)
         self._node = node
@@ -257,7 +257,7 @@ def new_condition(graph: Any, context: Context, default: int | None, owner: obje
     err, handle = driver.cuGraphConditionalHandleCreate(graph, context.handle, default or 0, flags)
     if err:
         raise_status(err, "cuGraphConditionalHandleCreate")
-    cond = object.__new__(GraphCondition)
+    cond = GraphCondition.__new__(GraphCondition)
     cond._graph = owner
     cond._handle = handle
     cond._int = int(handle)

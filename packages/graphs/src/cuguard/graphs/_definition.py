@@ -68,7 +68,7 @@ def _context_of(device: Device | Context | None) -> Context | None:
     raise TypeError(f"device must be a Device, a Context or None, not {type(device).__name__}")
 
 
-class GraphDefinition(NodeBuilders, _Collected):
+class GraphDefinition(_Collected, NodeBuilders):
     """An explicit CUDA graph under construction (a ``CUgraph``).
 
     ``GraphDefinition(device)`` creates an empty graph. ``device`` (a
@@ -159,7 +159,7 @@ class GraphDefinition(NodeBuilders, _Collected):
     def _adopt(
         cls, handle: Any, context: Context | None, owners: dict[int, object], next_order: int
     ) -> GraphDefinition:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._closed = True
         self._setup(handle, context, owners, next_order)
         return self

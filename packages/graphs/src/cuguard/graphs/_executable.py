@@ -117,7 +117,7 @@ class Graph(_Collected):
         signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
         origin: GraphDefinition | None = None,
     ) -> Graph:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._origin = None if origin is None else weakref.ref(origin)
         self._handle = handle
         self._int = int(handle)

@@ -93,7 +93,7 @@ class Node(Unique):
 
     @classmethod
     def _make(cls, graph: GraphDefinition, handle: Any, kind: str, order: int, info: dict[str, Any]) -> Node:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._graph = graph
         self._handle = handle
         self._key = int(handle)

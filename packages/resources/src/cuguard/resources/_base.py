@@ -23,7 +23,8 @@ from typing import Any, ClassVar
 
 from cuguard.context import Context, call_in, cleanup_in
 from cuguard.errors import CUDAError, ResourceClosedError, add_failure_note, format_handle, report, report_error
-from cuguard.errors.lowlevel import Owned, defer, in_driver_callback, refuse_construction
+from cuguard.errors.lowlevel import defer, in_driver_callback, refuse_construction
+from cuguard.errors.owners import Owned  # from its defining module: the compiled Resource derives from it
 from cuguard.resources import _captures
 from cuguard.resources._relaxed import relax, restore
 
@@ -257,9 +258,11 @@ class Resource(Owned):
     def _failure_handle(self) -> object:
         return self._handle
 
-    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
-        # module may be cleared while this object is still alive (S1).
+    # sys.is_finalizing, bound in the class: at the very end of finalization the sys module (and
+    # this module's globals) may be cleared while a resource is still alive (S1).
+    _finalizing = staticmethod(sys.is_finalizing)
+
+    def __del__(self) -> None:
         try:
             if self._closed:
                 if not self._release_deferred:
@@ -269,7 +272,7 @@ class Resource(Owned):
                 self._closed = False
         except AttributeError:  # construction never finished: nothing to release
             return
-        if _finalizing():
+        if self._finalizing():
             return
         context = self._context
         if not self._owned or (context._closed and not context._released):

@@ -21,6 +21,8 @@ from cuguard.resources._stream import (
     as_stream,
     capturing_refusal,
     driver_types,
+    new_event,
+    new_stream,
     refuse_capturing_allocation,
 )
 
@@ -69,7 +71,6 @@ def _ctx_sync() -> None:
         raise_status(err, "cuCtxSynchronize")
 
 
-_new = object.__new__
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
 
@@ -470,14 +471,7 @@ class Device:
                     handle = call_switched(
                         context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
                     )
-            stream = _new(Stream)
-            stream._handle = handle
-            stream._context = context
-            stream._owned = True
-            stream._device = self._ordinal
-            stream._closed = False
-            stream._lender = stream._borrowers = None
-            stream._may_capture = False
+            stream = new_stream(handle, context, self._ordinal)
             if _race.ON:
                 _race.stream_created(stream, bool(non_blocking))
             return stream
@@ -550,14 +544,7 @@ class Device:
                     handle = call_switched(
                         context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags
                     )
-            event = _new(Event)
-            event._handle = handle
-            event._context = context
-            event._owned = True
-            event._device = self._ordinal
-            event._timing = timing
-            event._closed = False
-            return event
+            return new_event(handle, context, self._ordinal, timing)
         return Event._create(context, self._ordinal, timing)
 
     def allocate(self, size: int, stream: Stream | None = None) -> Buffer | PinnedBuffer:
@@ -617,7 +604,7 @@ class Device:
                 err, ptr = driver.cuMemAllocAsync(size, stream._handle)
                 if err:
                     raise_status(err, "cuMemAllocAsync")
-            buf = _new(Buffer)
+            buf = Buffer.__new__(Buffer)
             buf._handle = ptr
             buf._context = context
             buf._owned = True

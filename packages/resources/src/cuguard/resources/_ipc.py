@@ -90,7 +90,7 @@ class IPCAllocationHandle:
         if not is_integer(fd):
             raise wrong_kind("fd", "an int file descriptor", fd)
         fd = int_argument("fd", fd, 0, INT_LIMIT)
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._fd = fd
         return self
 
@@ -454,7 +454,7 @@ def _event_create(flags: int) -> Any:
 
 
 def _made_event(handle: Any, context: Any, device: int) -> Event:
-    event = object.__new__(Event)
+    event = Event.__new__(Event)
     event._init(handle, context)
     event._device = device
     event._timing = False

@@ -208,7 +208,7 @@ class Buffer(Resource):
         cls, handle: Any, context: Context, device: int, size: int, *, owned: bool = True, lender: object = None
     ) -> Buffer:
         """The object for memory that exists already (allocated here, or made elsewhere when not ``owned``)."""
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._init(handle, context, owned)
         self._device = device
         self._size = size
@@ -808,7 +808,7 @@ class PinnedBuffer(Resource):
     def _allocate(cls, context: Context, size: int) -> PinnedBuffer:
         size = int_argument("size", size)
         address = call_in(context, _host_alloc, _host_free, size)
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._init(address, context)
         self._size = size
         self._views = []
@@ -822,7 +822,7 @@ class PinnedBuffer(Resource):
     @classmethod
     def _made(cls, address: Any, context: Context, size: int) -> PinnedBuffer:
         """The object for pinned memory allocated already (by a memory resource, which then adopts it)."""
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._init(address, context)
         self._size = size
         self._views = []

@@ -119,7 +119,7 @@ class Module(Resource):
         device = context.device  # may ask the driver: before anything is loaded (G1)
         share_lowered_names(symbols)  # a simulated driver's stand-ins may use the name expressions
         handle = call_in(context, _module_load, _module_unload, data)
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._init(handle, context)
         self._device = device
         self._signatures = signatures
@@ -173,7 +173,7 @@ class Kernel(Unique):
 
     @classmethod
     def _make(cls, handle: Any, name: str, module: Module, signature: Signature | None = None) -> Kernel:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._handle = handle
         self.name = name
         self.module = module

@@ -64,7 +64,7 @@ class ObjectCode:
     def _make(
         cls, code: bytes, code_type: str, name: str = "", symbol_mapping: Mapping[str, str] | None = None
     ) -> ObjectCode:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._code = bytes(code)
         self._code_type = code_type
         self._name = name

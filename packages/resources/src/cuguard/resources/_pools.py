@@ -537,7 +537,7 @@ class DeviceMemoryResource(_PoolResource):
     def _imported_pool(
         cls, handle: Any, context: Context, device: int, shared: SharedImport | None
     ) -> DeviceMemoryResource:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._setup(handle, context, device, owned=True, ipc=True, imported=True, shared=shared)
         return self
 

@@ -112,7 +112,7 @@ class DeviceProperties:
 
     @classmethod
     def _make(cls, device: Device) -> DeviceProperties:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._device = device
         self._cache = {}
         return self

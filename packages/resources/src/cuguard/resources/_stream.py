@@ -119,7 +119,7 @@ class Stream(Resource):
 
     @classmethod
     def _make(cls, handle: Any, context: Context, device: int, owned: bool = True, lender: object = None) -> Stream:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._handle = handle
         self._context = context
         self._owned = owned
@@ -493,14 +493,7 @@ class Event(Resource):
                     raise_status(err, "cuEventCreate")
         if handle is None:
             handle = call_in(context, _event_create, _event_destroy, flags)
-        self = object.__new__(cls)
-        self._handle = handle
-        self._context = context
-        self._owned = True
-        self._device = device
-        self._timing = timing
-        self._closed = False
-        return self
+        return new_event(handle, context, device, timing)
 
     def close(self) -> None:
         """Destroy the event now (see :meth:`Resource.close`). Idempotent.
@@ -621,6 +614,39 @@ class Event(Resource):
         if err:
             raise_status(err, "cuEventElapsedTime")
         return float(ms)
+
+
+def new_event(handle: Any, context: Context, device: int, timing: bool) -> Event:
+    """A new open, owned :class:`Event` for ``handle`` (just created in ``context``): the hot paths' factory.
+
+    In the compiled build its fields are set as C slots (``_stream.pxd``).
+    """
+    event = Event.__new__(Event)
+    event._handle = handle
+    event._context = context
+    event._owned = True
+    event._device = device
+    event._timing = timing
+    event._closed = False
+    return event
+
+
+def new_stream(handle: Any, context: Context, device: int) -> Stream:
+    """A new open, owned :class:`Stream` for ``handle`` (just created in ``context``): the hot paths' factory.
+
+    Nobody else may capture it yet (``_may_capture`` unset). In the compiled build its fields are
+    set as C slots (``_stream.pxd``).
+    """
+    stream = Stream.__new__(Stream)
+    stream._handle = handle
+    stream._context = context
+    stream._owned = True
+    stream._device = device
+    stream._closed = False
+    stream._lender = None
+    stream._borrowers = None
+    stream._may_capture = False
+    return stream
 
 
 _STREAM_KIND = "a Stream (or an object with __cuda_stream__)"

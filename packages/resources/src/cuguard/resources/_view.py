@@ -240,7 +240,7 @@ class StridedMemoryView:
         consumed (its producer deletes it). What the producer raises
         propagates.
         """
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._fill_dlpack(obj, stream_ptr)
         return self
 
@@ -261,7 +261,7 @@ class StridedMemoryView:
         synchronization :class:`~cuguard.errors.CUDAError` (no view is made
         then).
         """
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._fill_cai(obj, stream_ptr, device)
         return self
 
@@ -272,7 +272,7 @@ class StridedMemoryView:
         An object with neither protocol raises ``TypeError`` naming ``obj``
         (``cuda.core`` raises ``RuntimeError``).
         """
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._fill_any(obj, stream_ptr)
         return self
 
@@ -330,7 +330,7 @@ class StridedMemoryView:
                 f"a layout of shape {dims}, strides {steps} and {size}-byte elements reaches bytes {low} to "
                 f"{high}, outside the buffer's {buffer.size}"
             )
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._ptr = ptr
         self._shape = dims
         self._strides = None if _dlpack.c_contiguous(dims, steps) else steps

@@ -1,0 +1,25 @@
+# The compiled build of _stream.py (Cython's pure-Python mode): Stream and Event are compiled
+# classes whose fields are C slots, and the hot paths' factories set those slots directly; the
+# module's other functions are compiled from the same source.
+cimport cython
+
+from cuguard.resources._base cimport Resource
+
+
+cdef class Stream(Resource):
+    cdef public object _borrowers
+    cdef public object _device
+    cdef public object _lender
+    cdef public object _may_capture
+
+
+cdef class Event(Resource):
+    cdef public object _device
+    cdef public object _timing
+
+
+@cython.locals(event=Event)
+cpdef new_event(handle, context, device, timing)
+
+@cython.locals(stream=Stream)
+cpdef new_stream(handle, context, device)
