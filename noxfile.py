@@ -18,12 +18,12 @@ Sessions
   installed, that major's NVRTC and nvJitLink; runs that package's ``tests/`` on every core.
   The simulated driver follows the signatures of the installed cuda-bindings. These are the
   tests of the pure-Python build (``CUGUARD_PURE_PYTHON=1``); the other major's are tagged ``long``.
-- ``compiled(cuda<major>)`` (tagged long): the tests of the compiled build. cuguard-resources is
-  built as a wheel with its compiled extension (``CUGUARD_REQUIRE_COMPILED=1``: no fallback),
-  installed beside the other layers, and the resources, graphs and testing packages' tests and
-  the contract suite run with it (the compiled build's own tests, ``test_compiled.py``, run its
-  hot operations against a no-op driver library; on the simulated driver every call takes the
-  Python path, as in the pure build).
+- ``compiled(cuda<major>)`` (tagged long): the tests of the compiled build. The packages with a
+  compiled build (cuguard-errors, cuguard-resources) are built as wheels with their compiled
+  modules (``CUGUARD_REQUIRE_COMPILED=1``: no fallback), installed beside the other packages,
+  and every package's tests and the contract suite run with them (``test_compiled.py`` runs the
+  compiled driver calls against a no-op driver library; on the simulated driver every driver
+  call goes through the seam, as in the pure build, while the compiled classes are used).
 - ``demo``: runs the README's tour (``examples/tour.py``) with the runtime layers and
   cuguard-testing installed; with no GPU it runs on the simulated driver.
 - ``differential(cuda<major>)``: runs the simulator-versus-driver scenarios
@@ -116,9 +116,9 @@ DEFAULT_BINDINGS_MAJOR = 13
 TESTING_DIST = "cuguard-testing"
 # cuguard's own sweeps of its contract: above every layer and cuguard-testing, unpublished.
 SWEEPS_DIST = "cuguard-sweeps"
-# The package with a compiled build (a Cython extension added to its wheel by its hatch_build.py), and the
-# environment variables its build and tests read: pure Python forced, the compiled build required.
-COMPILED_DIST = "cuguard-resources"
+# The packages with a compiled build (Cython extensions added to their wheels by their hatch_build.py), and
+# the environment variables their builds and tests read: pure Python forced, the compiled build required.
+COMPILED_DISTS = ("cuguard-errors", "cuguard-resources")
 PURE_VARIABLE = "CUGUARD_PURE_PYTHON"
 REQUIRE_COMPILED_VARIABLE = "CUGUARD_REQUIRE_COMPILED"
 # Compiler and linker libraries: the contract suite's E2 test compiles and links on machines with no GPU.
@@ -274,32 +274,34 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
 @nox.session(tags=[LONG_TAG])
 @nox.parametrize("bindings", _major_params(long_other=False))
 def compiled(session: nox.Session, bindings: int) -> None:
-    """The tests of the compiled build: every package that uses it, and the contract suite.
+    """The tests of the compiled build: every package's, and the contract suite.
 
-    cuguard-resources is installed as a wheel built with its compiled extension
-    (``CUGUARD_REQUIRE_COMPILED=1``: a build that cannot compile fails instead of falling back;
-    a C compiler is needed), in one command with every other layer and cuguard-testing editable.
-    Then the resources, graphs and testing packages' tests and the cross-layer contract suite run,
-    with the compiled build required (its own tests fail rather than skip). The layers below
-    (errors, context) have no compiled code: their tests are the same in both builds.
+    The packages with a compiled build (``COMPILED_DISTS``) are installed as wheels built
+    compiled (``CUGUARD_REQUIRE_COMPILED=1``: a build that cannot compile fails instead of
+    falling back; a C compiler is needed), in one command with every other package editable.
+    Then every package's tests and the cross-layer contract suite run, with the compiled build
+    required (its own tests fail rather than skip).
     """
-    compiled_package = PACKAGES[COMPILED_DIST]
-    others = [p for p in PACKAGES.values() if p.dist != COMPILED_DIST]  # the contract suite runs the sweeps too
+    others = [p for p in PACKAGES.values() if p.dist not in COMPILED_DISTS]
     required = {REQUIRE_COMPILED_VARIABLE: "1"}
     editables = [arg for package in others for arg in ("-e", str(package.path))]
     session.install(
         *editables,
-        str(compiled_package.path),
+        *(str(PACKAGES[dist].path) for dist in COMPILED_DISTS),
         str(ROOT),
         BINDINGS[bindings],
         *COMPILER_LIBRARIES[bindings],
         *TEST_TOOLS,
         env=required,
     )
-    status = "import cuguard.resources as r, cuguard.resources.lowlevel as l; print(r.compiled, l.compiled_status())"
+    status = (
+        "import cuguard.errors as e, cuguard.resources as r, cuguard.resources.lowlevel as l; "
+        "print('errors', e.compiled, 'resources', r.compiled, l.compiled_status()); "
+        "raise SystemExit(0 if e.compiled and r.compiled else 1)"
+    )
     session.run("python", "-c", status, env=required)
-    for layer in ("resources", "graphs", "testing"):
-        session.chdir(BY_LAYER[layer].path)
+    for package in PACKAGES.values():
+        session.chdir(package.path)
         session.run("pytest", "-q", *PARALLEL, "tests", *session.posargs, env=required)
     session.chdir(ROOT)
     session.run("pytest", "-q", *PARALLEL, "tests", *session.posargs, env=required)
@@ -375,20 +377,22 @@ def build(session: nox.Session) -> None:
         shutil.rmtree(folder, ignore_errors=True)
     # `python -m build` builds the sdist, then the wheel from the sdist: a file missing from
     # the sdist fails here. Build requirements come from the index, never from the tree.
+    compiled_paths = [PACKAGES[dist].path for dist in COMPILED_DISTS]
     for path in [*(p.path for p in PACKAGES.values()), ROOT]:
-        env = {REQUIRE_COMPILED_VARIABLE: "1"} if path == PACKAGES[COMPILED_DIST].path else {}
+        env = {REQUIRE_COMPILED_VARIABLE: "1"} if path in compiled_paths else {}
         session.run("python", "-m", "build", "--installer=uv", "--outdir", str(out), str(path), silent=True, env=env)
-    compiled_path = str(PACKAGES[COMPILED_DIST].path)
-    session.run(
-        "python", "-m", "build", "--installer=uv", "--wheel", "--outdir", str(pure), compiled_path,
-        silent=True, env={PURE_VARIABLE: "1"},
-    )  # fmt: skip
+    for path in compiled_paths:
+        session.run(
+            "python", "-m", "build", "--installer=uv", "--wheel", "--outdir", str(pure), str(path),
+            silent=True, env={PURE_VARIABLE: "1"},
+        )  # fmt: skip
     session.run("python", str(ROOT / ".ci" / "check_dists.py"), str(out), str(pure))
     # Each build installs from its wheels alone (binaries only: no compiler is used) and says which it is.
-    runtime = [w for w in out.glob("*.whl") if not w.name.startswith(("cuguard_resources-", "cuguard_sweeps-"))]
+    built_apart = tuple(f"{dist.replace('-', '_')}-" for dist in (*COMPILED_DISTS, SWEEPS_DIST))
+    runtime = [w for w in out.glob("*.whl") if not w.name.startswith(built_apart)]
     probe = (
-        "import cuguard.graphs, cuguard.resources as r; "
-        "print('compiled build:', r.compiled); raise SystemExit(0 if r.compiled == {} else 1)"
+        "import cuguard.graphs, cuguard.errors as e, cuguard.resources as r; "
+        "print('compiled build:', e.compiled, r.compiled); raise SystemExit(0 if e.compiled == r.compiled == {} else 1)"
     )
     for label, folder, expected in (("compiled", out, True), ("pure", pure, False)):
         venv = tmp / f"venv-{label}"
@@ -396,7 +400,7 @@ def build(session: nox.Session) -> None:
         base = str(Path(session.bin) / "python")
         session.run("uv", "venv", "--quiet", "--python", base, str(venv), external=True)
         python = str(venv / "bin" / "python")
-        wheels = [*runtime, *folder.glob("cuguard_resources-*.whl")]
+        wheels = [*runtime, *(w for w in folder.glob("*.whl") if w.name.startswith(built_apart[:-1]))]
         session.run(
             "uv", "pip", "install", "--quiet", "--python", python, "--only-binary", ":all:",
             *map(str, wheels), BINDINGS[DEFAULT_BINDINGS_MAJOR], external=True,
@@ -425,7 +429,7 @@ def _find_python(version: str) -> str | None:
 
 @nox.session(tags=[LONG_TAG])
 def wheels(session: nox.Session) -> None:
-    """Build the compiled wheel of every package with a compiled build for Python 3.11 to 3.13.
+    """Build the compiled wheels of the packages with a compiled build for Python 3.11 to 3.13.
 
     For each version found on the machine (``WHEEL_PYTHONS``; uv's search, then pyenv's
     versions; none is downloaded), the wheel is built in isolation with the compiled build
@@ -438,9 +442,8 @@ def wheels(session: nox.Session) -> None:
     tmp = Path(session.create_tmp())
     out = tmp / "wheels"
     shutil.rmtree(out, ignore_errors=True)
-    pure_layers = [p for p in PACKAGES.values() if p.dist in ("cuguard-errors", "cuguard-context")]
-    for package in pure_layers:
-        session.run("uv", "build", "--quiet", "--wheel", "--out-dir", str(out), str(package.path), external=True)
+    context = PACKAGES["cuguard-context"]
+    session.run("uv", "build", "--quiet", "--wheel", "--out-dir", str(out), str(context.path), external=True)
     built, missing = [], []
     for version in WHEEL_PYTHONS:
         python = _find_python(version)
@@ -448,22 +451,26 @@ def wheels(session: nox.Session) -> None:
             missing.append(version)
             continue
         folder = out / version
-        session.run(
-            "uv", "build", "--quiet", "--wheel", "--python", python, "--out-dir", str(folder),
-            str(PACKAGES[COMPILED_DIST].path), external=True, env={REQUIRE_COMPILED_VARIABLE: "1"},
-        )  # fmt: skip
-        [wheel] = folder.glob("*.whl")
+        for dist in COMPILED_DISTS:
+            session.run(
+                "uv", "build", "--quiet", "--wheel", "--python", python, "--out-dir", str(folder),
+                str(PACKAGES[dist].path), external=True, env={REQUIRE_COMPILED_VARIABLE: "1"},
+            )  # fmt: skip
+        wheels = sorted(folder.glob("*.whl"))
         venv = tmp / f"venv-{version}"
         shutil.rmtree(venv, ignore_errors=True)
         session.run("uv", "venv", "--quiet", "--python", python, str(venv), external=True)
         target = str(venv / "bin" / "python")
         session.run(
-            "uv", "pip", "install", "--quiet", "--python", target, "--only-binary", ":all:", str(wheel),
+            "uv", "pip", "install", "--quiet", "--python", target, "--only-binary", ":all:", *map(str, wheels),
             *map(str, out.glob("*.whl")), BINDINGS[DEFAULT_BINDINGS_MAJOR], external=True,
         )  # fmt: skip
-        probe = "import cuguard.resources as r; print(r.__file__, r.compiled); raise SystemExit(0 if r.compiled else 1)"
+        probe = (
+            "import cuguard.errors as e, cuguard.resources as r; print(r.__file__, e.compiled, r.compiled); "
+            "raise SystemExit(0 if e.compiled and r.compiled else 1)"
+        )
         session.run(target, "-c", probe, external=True, env={PURE_VARIABLE: ""})
-        built.append(wheel.name)
+        built.extend(wheel.name for wheel in wheels)
     session.log(f"built and imported: {', '.join(built) or 'none'}")
     if missing:
         session.log(f"not built: no Python {', '.join(missing)} on this machine")

@@ -31,9 +31,19 @@ def test_bounded_misuse_sweep_finds_no_violation() -> None:
 
 @pytest.mark.contract("B6", "O1")
 def test_a_planted_copy_defect_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+
     from cuguard.errors.lowlevel import Unique
 
-    monkeypatch.setattr(Unique, "__copy__", lambda self: self)
+    # copy.copy asks its dispatch table before the class's __copy__ (which a compiled class cannot have
+    # replaced): every owner class copies as itself, the defect planted.
+    pending, owners = [Unique], set()
+    while pending:
+        cls = pending.pop()
+        owners.add(cls)
+        pending.extend(sub for sub in cls.__subclasses__() if sub not in owners)
+    for cls in owners:
+        monkeypatch.setitem(copy._copy_dispatch, cls, lambda self: self)  # type: ignore[attr-defined]
     result = run_misuse_sweep(examples=12, steps=30, engine="random", seed=3)
     found = [v for v in result.violations if v.rule == "O1" and "copy.copy" in v.op]
     assert found, _report(result)

@@ -88,6 +88,8 @@ from cuguard.errors._table import driver_entry as _driver_entry
 from cuguard.errors._transaction import Transaction as Transaction
 from cuguard.errors.owners import Unique as Unique
 
+from cuguard.errors import owners as _owners
+
 __all__ = [
     "RESTORE_CONTEXT",
     "CUDADriverNotFoundError",
@@ -107,6 +109,7 @@ __all__ = [
     "attribute_faults",
     "call_unraisable",
     "check",
+    "compiled",
     "driver",
     "driver_token",
     "error_description",
@@ -154,3 +157,10 @@ def is_sticky(code: int) -> bool:
     Needs no driver; ``code`` goes through ``int()``, whose ``TypeError`` or ``ValueError`` propagates.
     """
     return int(code) in _STICKY_CODES
+
+
+#: Whether this process runs the compiled build of this layer: ``True`` when the owners' bases
+#: (:mod:`cuguard.errors.owners`) are the compiled module of this installation, ``False`` for the
+#: pure-Python build (installed without a C compiler, or with ``CUGUARD_PURE_PYTHON=1`` at build
+#: time). Both behave the same. Fixed at import.
+compiled: bool = not _owners.__file__.endswith(".py")

@@ -11,6 +11,7 @@ __all__ = ["NO_DRIVER_CALL_ERRORS"]
 
 #: Public callables of errors that make no driver call, with the reason (keys as in ``Scenario.covers``).
 NO_DRIVER_CALL_ERRORS: dict[str, str] = {
+    "errors.compiled": "a flag fixed at import: which build runs",
     # errors: helpers and the seam; they never call the driver through the seam
     **{
         f"errors.{name}": "status helper or seam plumbing: makes no driver call through the seam"

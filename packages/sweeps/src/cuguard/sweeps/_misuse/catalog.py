@@ -28,7 +28,7 @@ import importlib
 import importlib.util
 import types
 from collections.abc import Callable
-from types import FunctionType, SimpleNamespace
+from types import FunctionType, GetSetDescriptorType, SimpleNamespace
 
 from cuguard.sweeps._misuse import (
     ops_capture,
@@ -96,7 +96,8 @@ def _members(cls: type) -> list[str]:
         for name, attr in vars(klass).items():
             if name.startswith("_"):
                 continue
-            if isinstance(attr, FunctionType | classmethod | staticmethod | property) or (
+            # A compiled class's properties are getset descriptors and its methods compiled functions.
+            if isinstance(attr, FunctionType | classmethod | staticmethod | property | GetSetDescriptorType) or (
                 hasattr(attr, "__get__") and callable(attr) and not isinstance(attr, type)
             ):
                 found.add(name)
