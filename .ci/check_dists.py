@@ -17,8 +17,8 @@ compiled build (a ``hatch_build.py`` beside their ``pyproject.toml``) built pure
   cuguard-sweeps) and ships no code; each layer's wheel ships ``cuguard/<layer>/__init__.py`` and
   ``py.typed`` and no ``cuguard/__init__.py`` (``cuguard`` is a namespace package);
 - a package with a compiled build: its wheel in DIST_DIR is tagged for this interpreter and
-  platform and ships its compiled extension (``cuguard/<layer>/_native.*.so``), its wheel in
-  PURE_DIR is ``py3-none-any`` and ships none; every other wheel is ``py3-none-any``; no wheel
+  platform and ships its compiled modules (``cuguard/<layer>/*.so``), its wheel in PURE_DIR is
+  ``py3-none-any`` and ships none; every other wheel is ``py3-none-any``; no wheel
   ships the extension's sources (``.pyx``, ``.c``).
 
 Needs ``packaging``. Exits 1 and lists every problem when a check fails.
@@ -76,7 +76,7 @@ def _metadata(wheel: zipfile.ZipFile) -> tuple[str, Version, list[Requirement]]:
 
 
 def _compiled_files(files: set[str], layer: str) -> list[str]:
-    return sorted(f for f in files if f.startswith(f"cuguard/{layer}/_native.") and f.endswith((".so", ".pyd")))
+    return sorted(f for f in files if f.startswith(f"cuguard/{layer}/") and f.endswith((".so", ".pyd")))
 
 
 def _is_pure_tag(wheel: Path) -> bool:
@@ -106,7 +106,7 @@ def check_builds(dist_dir: Path, pure_dir: Path | None) -> list[str]:
             if sources:
                 problems.append(f"{name}{where}: the wheel ships the extension's sources {sources}")
             if compiled and not where:
-                if _is_pure_tag(found[0]) or len(extension) != 1:
+                if _is_pure_tag(found[0]) or not extension:
                     problems.append(f"{name}: the wheel {found[0].name} is not the compiled build ({extension})")
             elif not _is_pure_tag(found[0]) or extension:
                 problems.append(f"{name}{where}: the wheel {found[0].name} is not pure Python ({extension})")

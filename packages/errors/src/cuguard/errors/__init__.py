@@ -28,6 +28,7 @@ in ``__all__``; import them from :mod:`cuguard.errors.lowlevel`.
 
 from __future__ import annotations
 
+from cuguard.errors import owners as _owners
 from cuguard.errors._arguments import INT_LIMIT as INT_LIMIT
 from cuguard.errors._arguments import SIZE_LIMIT as SIZE_LIMIT
 from cuguard.errors._arguments import UINT_LIMIT as UINT_LIMIT
@@ -87,8 +88,6 @@ from cuguard.errors._table import STICKY_CODES as _STICKY_CODES
 from cuguard.errors._table import driver_entry as _driver_entry
 from cuguard.errors._transaction import Transaction as Transaction
 from cuguard.errors.owners import Unique as Unique
-
-from cuguard.errors import owners as _owners
 
 __all__ = [
     "RESTORE_CONTEXT",

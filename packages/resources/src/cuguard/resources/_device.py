@@ -11,7 +11,7 @@ from cuguard.errors import ResourceClosedError, driver, driver_token, raise_stat
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, driver_state, int_argument, wrong_kind
 from cuguard.resources import _race
 from cuguard.resources._fast import follow_compiled
-from cuguard.resources._memory import Buffer, PinnedBuffer
+from cuguard.resources._memory import Buffer, PinnedBuffer, new_ordered_buffer
 from cuguard.resources._module import Module
 from cuguard.resources._properties import DeviceProperties
 from cuguard.resources._stream import (
@@ -604,18 +604,7 @@ class Device:
                 err, ptr = driver.cuMemAllocAsync(size, stream._handle)
                 if err:
                     raise_status(err, "cuMemAllocAsync")
-            buf = Buffer.__new__(Buffer)
-            buf._handle = ptr
-            buf._context = context
-            buf._owned = True
-            buf._device = self._ordinal
-            buf._size = size
-            buf._stream = stream
-            buf._graph_used = False
-            buf._release_deferred = False
-            buf._lender = None
-            buf._mr = None
-            buf._closed = False
+            buf = new_ordered_buffer(ptr, context, self._ordinal, size, stream)
             if _race.ON:
                 _race.allocated(buf, stream)  # stream-ordered: a write on that stream (B7)
             return buf

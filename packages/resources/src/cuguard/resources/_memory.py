@@ -784,6 +784,27 @@ def _copy_pinned(dst: PinnedBuffer, src: PinnedBuffer, stream: Any) -> None:
         _note_captured(stream, dst, src)
 
 
+def new_ordered_buffer(handle: Any, context: Context, device: int, size: int, stream: Stream) -> Buffer:
+    """A new open, owned :class:`Buffer` of ``size`` bytes just allocated ordered on ``stream``.
+
+    The hot path's factory (``Device.allocate(size, stream=...)``): it will be freed on ``stream``.
+    In the compiled build its fields are set as C slots (``_memory.pxd``).
+    """
+    buf = Buffer.__new__(Buffer)
+    buf._handle = handle
+    buf._context = context
+    buf._owned = True
+    buf._device = device
+    buf._size = size
+    buf._stream = stream
+    buf._graph_used = False
+    buf._release_deferred = False
+    buf._lender = None
+    buf._mr = None
+    buf._closed = False
+    return buf
+
+
 class PinnedBuffer(Resource):
     """Page-locked host memory, fast to copy to and from devices.
 

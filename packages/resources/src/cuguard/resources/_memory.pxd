@@ -1,0 +1,29 @@
+# The compiled build of _memory.py (Cython's pure-Python mode): Buffer and PinnedBuffer are
+# compiled classes whose fields are C slots; the module's functions are compiled from the same source.
+cimport cython
+
+from cuguard.resources._base cimport Resource
+
+
+cdef class Buffer(Resource):
+    cdef public object _device
+    cdef public object _graph_used
+    cdef public object _lender
+    cdef public object _mr
+    cdef public object _mr_data
+    cdef public object _release_deferred
+    cdef public object _size
+    cdef public object _stream
+
+
+cdef class PinnedBuffer(Resource):
+    cdef public object _graph_used
+    cdef public object _mr
+    cdef public object _mr_data
+    cdef public object _release_deferred
+    cdef public object _size
+    cdef public object _views
+
+
+@cython.locals(buf=Buffer)
+cpdef new_ordered_buffer(handle, context, device, size, stream)
