@@ -3,6 +3,7 @@
 cimport cython
 
 from cuguard.resources._base cimport Resource
+from cuguard.resources._stream cimport Stream
 
 
 cdef class Buffer(Resource):
@@ -14,6 +15,9 @@ cdef class Buffer(Resource):
     cdef public object _release_deferred
     cdef public object _size
     cdef public object _stream
+
+    @cython.locals(free_on=Stream)
+    cpdef close(self, stream=*)
 
 
 cdef class PinnedBuffer(Resource):
