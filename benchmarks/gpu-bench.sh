@@ -4,9 +4,9 @@
 # pure-Python and compiled variants and cuda.core side by side (one process), then a run of the
 # pure-Python build alone (CUGUARD_PURE_PYTHON=1: the extension is not loaded).
 #
-# Needs the extension built in place for that machine's Python (from the repository root, with
-# Cython, setuptools and hatchling installed for that Python: `cd packages/resources && python
-# hatch_build.py`; no CUDA headers needed), next to _native.pyx. Writes six files under $OUT:
+# Needs the compiled modules built in place for that machine's Python (with Cython, setuptools and
+# hatchling installed for that Python: `python hatch_build.py` in packages/errors, then in
+# packages/resources; no CUDA headers needed). Writes six files under $OUT:
 #   compiled-scenario-gpu.json / .txt     packages/resources/tests/compiled_scenario.py on the real driver
 #   overhead-gpu-compiled-quick.json/.txt python, compiled and cuda.core variants, ratios to raw in one run
 #   overhead-gpu-pure-quick.json / .txt   the pure-Python build (CUGUARD_PURE_PYTHON=1)
