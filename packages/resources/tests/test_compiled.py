@@ -205,3 +205,38 @@ def test_an_error_the_bindings_raise_is_not_a_status() -> None:
     if not isinstance(outcome, Exception):
         assert isinstance(outcome, int)
         assert outcome != 0
+
+
+def test_compiled_classes_refuse_the_pure_owners() -> None:
+    """The compiled classes derive from the compiled ``Owned``: over the pure-Python one they refuse to load (O1).
+
+    A mixed install (the compiled resources layer over the pure-Python errors layer) would lay the
+    compiled classes out on a base of another layout; importing it raises ``ImportError`` instead.
+    """
+    from cuguard.resources import _base
+
+    if _base.__file__ is None or _base.__file__.endswith(".py"):
+        if REQUIRED:
+            pytest.fail("the compiled build is required here, but cuguard.resources._base is pure Python")
+        pytest.skip("the pure-Python build of the resources layer: nothing to refuse")
+    code = (
+        "import importlib.machinery, importlib.util, pathlib, sys\n"
+        "import cuguard\n"
+        "package = importlib.machinery.PathFinder.find_spec('cuguard.errors', cuguard.__path__)\n"
+        "source = pathlib.Path(package.submodule_search_locations[0]) / 'owners.py'\n"
+        "class PureOwners:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'cuguard.errors.owners':\n"
+        "            return importlib.util.spec_from_file_location(name, source)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, PureOwners)\n"
+        "import cuguard.errors\n"
+        "assert not cuguard.errors.compiled, 'the pure owners did not load'\n"
+        "try:\n"
+        "    import cuguard.resources\n"
+        "except ImportError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("refused: cuguard-resources is the compiled build"), out

@@ -23,12 +23,21 @@ from typing import Any, ClassVar
 
 from cuguard.context import Context, call_in, cleanup_in
 from cuguard.errors import CUDAError, ResourceClosedError, add_failure_note, format_handle, report, report_error
+from cuguard.errors import compiled as compiled_owners
 from cuguard.errors.lowlevel import defer, in_driver_callback, refuse_construction
 from cuguard.errors.owners import Owned  # from its defining module: the compiled Resource derives from it
 from cuguard.resources import _captures
 from cuguard.resources._relaxed import relax, restore
 
 __all__ = ["Resource"]
+
+if not __file__.endswith(".py") and not compiled_owners:
+    # This module is the compiled build, its classes laid out on the compiled Owned; on the
+    # pure-Python one they would corrupt memory. Refuse to load instead.
+    raise ImportError(
+        "cuguard-resources is the compiled build but cuguard-errors is the pure-Python one: install both "
+        "from the same checkout in one command (or both with CUGUARD_PURE_PYTHON=1 set while installing)"
+    )
 
 
 def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[Any, str]:
