@@ -19,7 +19,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from cuguard.errors.lowlevel import int_argument, is_integer, wrong_kind
+from cuguard.errors.lowlevel import Unique, int_argument, is_integer, wrong_kind
 from cuguard.resources import _dlpack
 from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._stream import Stream, as_stream, driver_types
@@ -145,7 +145,7 @@ def _extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> 
     return low, high + itemsize
 
 
-class StridedMemoryView:
+class StridedMemoryView(Unique):
     """A typed view of memory: address, shape, strides, dtype, device and read-only flag (``cuda.core``'s).
 
     Made from any DLPack producer (:meth:`from_dlpack`: CuPy, PyTorch, JAX,
@@ -609,22 +609,11 @@ class StridedMemoryView:
     # --- identity --------------------------------------------------------------------------
 
     def _refuse_copy(self) -> NoReturn:
+        # Unique's refusal of copies and pickles, with the view's own reason.
         raise TypeError(
             "StridedMemoryView objects cannot be copied or pickled: the view keeps its memory alive and its "
             "address means nothing elsewhere; share the view itself"
         )
-
-    def __copy__(self) -> NoReturn:
-        self._refuse_copy()
-
-    def __deepcopy__(self, memo: object) -> NoReturn:
-        self._refuse_copy()
-
-    def __reduce_ex__(self, protocol: object) -> NoReturn:
-        self._refuse_copy()
-
-    def __reduce__(self) -> NoReturn:
-        self._refuse_copy()
 
 
 def _numpy_dtype_argument(dtype: object) -> Any:
