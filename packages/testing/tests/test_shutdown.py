@@ -95,9 +95,13 @@ def _program(keeper: str, status: int = 0) -> str:
     return _OBJECTS + keeper + "\n" + drop + end
 
 
+# A program that hangs dumps every thread's stack and exits after this long, so a failure says where.
+_WATCHDOG = "import faulthandler\nfaulthandler.dump_traceback_later(90, exit=True)\n"
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", _WATCHDOG + code], env=ENV, capture_output=True, text=True, timeout=120, check=False
     )
 
 
