@@ -442,3 +442,19 @@ def test_a_failed_embed_dependency_update_abandons_the_capture(
         builder.close()
         settle(cuguard_driver)
     buf.close()
+
+
+@pytest.mark.contract("E3", "O1")
+def test_a_builder_whose_stream_was_closed_is_not_wrapped(dev: Device) -> None:
+    """``create_stream(obj=builder)`` refuses a builder whose stream was closed under its capture.
+
+    Closing the stream leaves the capture going on the driver stream (its destroy waits, G6), but
+    the cuguard ``Stream`` is closed: wrapping the builder raises ``ResourceClosedError`` naming it,
+    instead of handing that closed stream back as if it were new.
+    """
+    stream = dev.create_stream()
+    builder = GraphBuilder(stream).begin_building()
+    stream.close()
+    with pytest.raises(ResourceClosedError, match="is closed"):
+        dev.create_stream(obj=builder)
+    builder.close()

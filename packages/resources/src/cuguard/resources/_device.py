@@ -502,6 +502,9 @@ class Device:
             stream = Stream.wrap(obj, obj._context)
         else:
             stream = as_stream(obj, "obj")
+            # A stream-like of cuguard's own (a GraphBuilder) hands its Stream itself: one closed
+            # meanwhile is refused, never handed back as if it were new (E3).
+            stream._check_open()
         if non_blocking or priority is not None:
             raise ValueError("non_blocking and priority apply to new streams, not to a wrapped obj")
         if stream._device != self._ordinal:
