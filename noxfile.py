@@ -251,8 +251,10 @@ def tests(session: nox.Session, layer: str, bindings: int) -> None:
 
     The testing package's tests get every runtime layer: they test the simulator and the plugin
     on cuguard programs. The sweeps package depends on every layer and cuguard-testing. Every
-    layer is installed editable, and ``CUGUARD_PURE_PYTHON=1`` keeps these the tests of the
-    pure-Python build even where an extension was built in place (``compiled`` runs the other).
+    layer is installed editable: the pure-Python build (``compiled`` runs the other), with
+    ``CUGUARD_PURE_PYTHON=1`` keeping the compiled driver calls off even where extensions were
+    built in place in the checkout (compiled classes built in place would still be used: build
+    in place only in checkouts you test as compiled).
     """
     package = BY_LAYER[layer]
     wanted = [package.dist] + ([TESTING_DIST] if TESTING_DIST in PACKAGES else [])

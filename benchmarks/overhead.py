@@ -144,11 +144,11 @@ def _native() -> Any:
 
     Leaves them off: the cuguard variants put them in their state before each batch.
     """
-    fastpath = _fastpath()
-    if fastpath is None:
+    compiled = _compiled_build()
+    if compiled is None:
         return None
-    can = fastpath.enable()
-    fastpath.disable()
+    can = compiled.enable()
+    compiled.disable()
     if not can:
         return None
     from cuguard.resources import _native as native  # type: ignore[attr-defined, unused-ignore]
@@ -187,7 +187,7 @@ class _CompiledBuild:
         return str(self._lowlevel.compiled_status())
 
 
-def _fastpath() -> _CompiledBuild | None:
+def _compiled_build() -> _CompiledBuild | None:
     """The compiled build's switch, or ``None`` when the pure-Python build of cuguard-resources is installed."""
     try:
         import cuguard.resources
@@ -202,17 +202,17 @@ def _cuguard_pair(make: Callable[[], Variant]) -> dict[str, Variant]:
     ``make()`` builds (and tries once) a variant; it runs once with the compiled calls on and once off.
     Each variant's ``prepare`` puts the compiled calls in its state before every batch.
     """
-    fastpath = _fastpath()
-    if fastpath is None:
+    compiled = _compiled_build()
+    if compiled is None:
         return {"cuguard": make(), "cuguard_fast": Variant(reason="the pure-Python build is installed")}
-    if not fastpath.enable():
-        return {"cuguard": make(), "cuguard_fast": Variant(reason=f"the compiled calls are off: {fastpath.status()}")}
+    if not compiled.enable():
+        return {"cuguard": make(), "cuguard_fast": Variant(reason=f"the compiled calls are off: {compiled.status()}")}
     try:
         fast = make()
     finally:
-        fastpath.disable()
+        compiled.disable()
     pure = make()
-    fast.prepare, pure.prepare = fastpath.enable, fastpath.disable
+    fast.prepare, pure.prepare = compiled.enable, compiled.disable
     return {"cuguard": pure, "cuguard_fast": fast}
 
 
@@ -757,11 +757,11 @@ def op_switch(env: Env) -> Operation:
         """``variant`` run with the device's context current (the other one current again after each batch)."""
         if variant.fn is None:
             return variant
-        fastpath = _fastpath()
+        compiled = _compiled_build()
 
         def prepare() -> None:
-            if pure and fastpath is not None:
-                fastpath.disable()
+            if pure and compiled is not None:
+                compiled.disable()
             dev.set_current()
 
         variant.prepare, variant.after = prepare, setup
@@ -1501,11 +1501,11 @@ def table(results: dict[str, Any], simulated: bool) -> str:
 # --- main -----------------------------------------------------------------------------------
 
 
-def _fastpath_status() -> dict[str, Any]:
-    fastpath = _fastpath()
-    if fastpath is None:
+def _compiled_build_status() -> dict[str, Any]:
+    compiled = _compiled_build()
+    if compiled is None:
         return {"installed": False}
-    return {"installed": True, "version": fastpath.__version__, "status": fastpath.status(), "file": fastpath.__file__}
+    return {"installed": True, "version": compiled.__version__, "status": compiled.status(), "file": compiled.__file__}
 
 
 @contextlib.contextmanager
@@ -1613,7 +1613,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": TARGETS,
         "pure_targets": PURE_TARGETS,
         "fast_targets": FAST_TARGETS,
-        "fastpath": _fastpath_status(),
+        "compiled": _compiled_build_status(),
         "operations": results,
     }
     if profiles:

@@ -113,4 +113,4 @@ class Owned(Unique):
             return
         from cuguard.errors._report import call_unraisable  # here: _report's imports stand on this module
 
-        call_unraisable(self._collect, what=f"the collection of a {type(self).__name__}")
+        call_unraisable(self._collect, what="the collection of a CUDA resource")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cuguard.context import Context, call_in, init_driver
@@ -102,19 +101,6 @@ def _current_ordinal() -> int:
 
 # Room for the driver's "dddddddd:bb:dd.f" with its NUL; the driver writes at most this many bytes.
 _PCI_BUS_ID_LENGTH = 64
-
-
-def _create_switched(
-    context: Context, current: Any, *, compiled: Any, create: Any, call: str, undo: Callable[[Any], object], flags: int
-) -> Any:
-    """Create in ``context`` while ``current`` is current: switch in, create, restore (C1).
-
-    ``compiled`` (the compiled build's function, or ``None``) makes the three driver calls in one;
-    either way the failures are handled as :func:`call_switched` handles them.
-    """
-    if compiled is not None:
-        return call_switched_by(context, current, compiled, call, undo, flags)
-    return call_switched(context, current, create, call, undo, flags)
 
 
 class Device:
@@ -475,16 +461,16 @@ class Device:
                         raise_status(err, "cuStreamCreate")
                     current = None
             if current is not None:
-                # Another context is current: switch in, create, restore (C1), call_in's path inlined.
-                handle = _create_switched(
-                    context,
-                    current,
-                    compiled=None if fp is None else fp.stream_create_switched,
-                    create=driver.cuStreamCreate,
-                    call="cuStreamCreate",
-                    undo=_stream_destroy,
-                    flags=flags,
-                )
+                # Another context is current: switch in, create, restore (C1), call_in's path inlined
+                # (compiled: the three driver calls in one; their failures handled as call_switched's).
+                if fp is not None:
+                    handle = call_switched_by(
+                        context, current, fp.stream_create_switched, "cuStreamCreate", _stream_destroy, flags
+                    )
+                else:
+                    handle = call_switched(
+                        context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
+                    )
             stream = new_stream(handle, context, self._ordinal)
             if _race.ON:
                 _race.stream_created(stream, bool(non_blocking))
@@ -551,16 +537,16 @@ class Device:
                         raise_status(err, "cuEventCreate")
                     current = None
             if current is not None:
-                # Another context is current: switch in, create, restore (C1), call_in's path inlined.
-                handle = _create_switched(
-                    context,
-                    current,
-                    compiled=None if fp is None else fp.event_create_switched,
-                    create=driver.cuEventCreate,
-                    call="cuEventCreate",
-                    undo=_event_destroy,
-                    flags=flags,
-                )
+                # Another context is current: switch in, create, restore (C1), call_in's path inlined
+                # (compiled: the three driver calls in one; their failures handled as call_switched's).
+                if fp is not None:
+                    handle = call_switched_by(
+                        context, current, fp.event_create_switched, "cuEventCreate", _event_destroy, flags
+                    )
+                else:
+                    handle = call_switched(
+                        context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags
+                    )
             return new_event(handle, context, self._ordinal, timing)
         return Event._create(context, self._ordinal, timing)
 

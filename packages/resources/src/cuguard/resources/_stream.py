@@ -119,15 +119,9 @@ class Stream(Resource):
 
     @classmethod
     def _make(cls, handle: Any, context: Context, device: int, owned: bool = True, lender: object = None) -> Stream:
-        self = cls.__new__(cls)
-        self._handle = handle
-        self._context = context
+        self = new_stream(handle, context, device)
         self._owned = owned
-        self._device = device
-        self._closed = False
         self._lender = lender
-        self._borrowers = None
-        self._may_capture = False
         if not owned:
             _captures.may_capture(self)  # made elsewhere: someone else may capture it
         if type(lender) is Stream:
