@@ -140,7 +140,7 @@ _DESTRUCTORS: list[Any] = []
 
 
 def _native() -> Any:
-    """``cuguard.resources._native`` when the compiled calls can be on (its entry points resolved), else ``None``.
+    """``cuguard.resources._native.CALLS`` when the compiled calls can be on (entry points resolved), else ``None``.
 
     Leaves them off: the cuguard variants put them in their state before each batch.
     """
@@ -153,7 +153,7 @@ def _native() -> Any:
         return None
     from cuguard.resources import _native as native  # type: ignore[attr-defined, unused-ignore]
 
-    return native
+    return native.CALLS
 
 
 def _floor(env: Env, builder: Callable[[Any], Variant]) -> Variant:
@@ -479,7 +479,7 @@ def op_event_record_query(env: Env) -> Operation:
     def floor(native: Any) -> Variant:
         e = dev.create_event(timing=False)
         events.append(e)
-        record, query, he, hs = native.event_record, native.event_query, e._handle, env.hstream
+        record, query, he, hs = native.event_record, native.event_query, e._handle, int(env.hstream)
 
         def fn() -> None:
             if record(he, hs):
@@ -533,7 +533,7 @@ def op_alloc(env: Env) -> Operation:
         return Variant(fn, after=env.csync, note="cuda.core allocates from the device's memory pool")
 
     def floor(native: Any) -> Variant:
-        alloc, free, hs = native.mem_alloc_async, native.mem_free_async, env.hstream
+        alloc, free, hs = native.mem_alloc_async, native.mem_free_async, int(env.hstream)
 
         def fn() -> None:
             err, p = alloc(256, hs, False)
@@ -667,7 +667,7 @@ def op_h2d(env: Env) -> Operation:
         buf = dev.allocate(4)
         pinned = dev.allocate_pinned(4)
         keep.extend((buf, pinned))
-        copy, dst, src, hs = native.memcpy_htod_async, buf._handle, pinned.address, env.hstream
+        copy, dst, src, hs = native.memcpy_htod_async, buf._handle, pinned.address, int(env.hstream)
 
         def fn() -> None:
             if copy(dst, src, 4, hs):
@@ -940,7 +940,7 @@ def op_graph_launch(env: Env) -> Operation:
             native.stream_synchronize,
             native.graph_exec_destroy,
         )
-        graph, hs, ctx = definition._handle, env.hstream, env.ctx._int
+        graph, hs, ctx = definition._handle, int(env.hstream), env.ctx._int
 
         def fn() -> None:
             err, exe = inst(ctx, graph, 0)
@@ -1065,7 +1065,7 @@ def op_launch(env: Env) -> Operation:
         image, _ = _kernel_image(env)
         module = env.dev.load_module(image)
         kernel = module.get_kernel("empty")
-        launch, hs, function = native.launch, env.hstream, kernel._handle
+        launch, hs, function = native.launch, int(env.hstream), kernel._handle
 
         def fn() -> None:
             if launch(function, 1, 1, 1, 1, 1, 1, 0, hs, 0):

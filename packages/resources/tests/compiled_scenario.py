@@ -38,6 +38,24 @@ from typing import Any
 PTX = ".version 7.8\n.target sm_{cc}\n.address_size 64\n\n.visible .entry empty()\n{{\n\tret;\n}}\n"
 
 
+class _Counts:
+    """The compiled calls made so far in this process (the extension counts them): ``counts[name]``, ``now()``."""
+
+    def __init__(self, ops: Any, names: tuple[str, ...]) -> None:
+        self._ops = ops
+        self._names = names
+
+    def now(self) -> dict[str, int]:
+        made = self._ops.counts()
+        return {name: made[name] for name in self._names}
+
+    def __getitem__(self, name: str) -> int:
+        return self.now()[name]
+
+    def __repr__(self) -> str:
+        return repr(self.now())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--stub", action="store_true", help="the driver is the no-op library of stub/")
@@ -79,19 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         check("compiled calls in use", False, compiled_status())
         return _finish(report, args.out)
 
-    counts = dict.fromkeys(used, 0)
     ops = _fast._calls
     assert ops is not None
-
-    def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(*a: Any) -> Any:
-            counts[name] += 1
-            return fn(*a)
-
-        return counted
-
-    for name in used:
-        setattr(ops, name, counting(name, getattr(ops, name)))
+    counts = _Counts(ops, used)
 
     stub = ctypes.CDLL("libcuda.so.1") if args.stub else None
 
@@ -141,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     stream.sync()
     event.close()
     stream.close()
-    unused = {k: v for k, v in counts.items() if not v and not k.endswith("_switched")}  # the switch: below
+    unused = {k: v for k, v in counts.now().items() if not v and not k.endswith("_switched")}  # the switch: below
     check("every hot operation compiled", not unused, unused)
     check("event query answered", done in (True, False), done)
     if stub is not None:
@@ -185,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         made = counts["event_create_switched"], counts["stream_create_switched"]
         check("switched creates made in one compiled call each", made == (1, 1), made)
         # The synchronous copy and the instantiate need the device's context: switched in, then restored.
-        seen = dict(counts)
+        seen = counts.now()
         device_buf.copy_from(pinned)
         device_buf.copy_to(host)
         check("switched copies restore the caller's context", Context.current() == other, Context.current())
@@ -241,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     # --- a fault plan over the real driver sees the call (Python path) ---
     from cuguard.testing import inject
 
-    seen = dict(counts)
+    seen = counts.now()
     with inject("cuEventCreate", 2):
         refused(
             "inject raises through the Python path",
@@ -336,18 +344,18 @@ def main(argv: list[str] | None = None) -> int:
 
     # --- use_compiled(False): Python again ---
     use_compiled(False)
-    seen = dict(counts)
+    seen = counts.now()
     with dev.create_stream() as s3, dev.create_event() as e4:
         e4.record(s3)
         e4.query()
-    check("use_compiled(False) sends every call to Python", counts == seen, counts)
+    check("use_compiled(False) sends every call to Python", counts.now() == seen, counts)
     check("use_compiled(True) turns it on again", use_compiled(True) and compiled_status() == "on", compiled_status())
     with dev.create_event():
         pass
     check("compiled again after use_compiled(True)", counts["event_create"] > seen["event_create"], counts)
 
     module.close()
-    report["compiled_calls"] = counts
+    report["compiled_calls"] = counts.now()
     report["driver"] = repr(driver)
     if stub is not None:
         # One event and (with graphs) one executable graph were leaked on purpose above (their destroys failed).

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -69,32 +70,18 @@ def test_simulated_driver_takes_the_python_path() -> None:
     from cuguard.resources import Device
     from cuguard.testing import record_calls, simulated_driver
 
-    ops = _fast._calls
-    assert ops is not None
-    used: list[str] = []
-    names = ("event_create", "event_destroy", "stream_create", "stream_destroy", "event_record", "event_query")
-    originals = {name: getattr(ops, name) for name in names}
-
-    def spy(name: str) -> Any:
-        def call(*args: Any) -> Any:
-            used.append(name)
-            return originals[name](*args)
-
-        return call
-
-    for name in names:
-        setattr(ops, name, spy(name))
-    try:
-        with simulated_driver(), record_calls() as calls:
-            dev = Device(0)
-            dev.set_current()
-            with dev.create_stream() as stream, dev.create_event() as event:
-                event.record(stream)
-                event.query()
-    finally:
-        for name, fn in originals.items():
-            setattr(ops, name, fn)
-    assert used == []
+    assert _fast._calls is not None
+    seen: list[object] = []
+    follow_compiled(seen.append)  # what every hot module is given, from now on
+    with simulated_driver(), record_calls() as calls:
+        inside = list(seen)
+        dev = Device(0)
+        dev.set_current()
+        with dev.create_stream() as stream, dev.create_event() as event:
+            event.record(stream)
+            event.query()
+    assert inside
+    assert inside[-1] is None  # the hot modules hold no compiled calls under the simulator
     made = [call.name for call in calls]
     for name in ("cuStreamCreate", "cuEventCreate", "cuEventRecord", "cuEventQuery", "cuEventDestroy"):
         assert name in made
@@ -149,23 +136,24 @@ def test_off_by_the_environment_variable() -> None:
 
 
 def test_an_extension_older_than_the_python_side_stays_off() -> None:
-    """An extension that lacks a function the Python side uses is not used, and the status says to rebuild it."""
-    code = (
-        "import sys, types\n"
-        "old = types.ModuleType('cuguard.resources._native')\n"
-        "old.setup = lambda *a: []\n"
-        "old.CAPTURING = -2\n"
-        "old.event_create = lambda *a: (0, 0)\n"
-        "sys.modules['cuguard.resources._native'] = old\n"
-        "import cuguard.resources as r, cuguard.resources.lowlevel as l\n"
-        "print(r.compiled, '|', l.compiled_status())\n"
-    )
-    env = dict(os.environ)
-    env.pop(_fast.PURE_VARIABLE, None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.startswith("False |"), out
-    assert "event_destroy" in out
-    assert "rebuild" in out
+    """An extension that lacks a call the Python side uses is named stale: the compiled calls stay off."""
+    old = types.ModuleType("cuguard.resources._native")
+
+    class Calls:  # an older extension: one call only
+        def event_create(self, context: int, flags: int) -> tuple[int, int]:
+            return (0, 0)
+
+    old.Calls = Calls  # type: ignore[attr-defined]
+    old.setup = lambda *args: []  # type: ignore[attr-defined]
+    missing = _fast.stale(old)
+    assert "CALLS" in missing
+    assert "event_destroy" in missing
+    assert "event_create" not in missing
+    assert "setup" not in missing
+    if _fast.loaded:  # the extension built from this source lacks nothing
+        from cuguard.resources import _native  # type: ignore[attr-defined, unused-ignore]
+
+        assert _fast.stale(_native) == []
 
 
 def test_compiled_copies_refuse_bad_host_buffers_before_the_driver() -> None:
@@ -174,18 +162,18 @@ def test_compiled_copies_refuse_bad_host_buffers_before_the_driver() -> None:
     from cuguard.resources import _native  # type: ignore[attr-defined, unused-ignore]
 
     with pytest.raises(ValueError, match="the copy needs 4"):
-        _native.memcpy_htod_async(1, bytearray(2), 4, 0)
+        _native.CALLS.memcpy_htod_async(1, bytearray(2), 4, 0)
     with pytest.raises(BufferError):
-        _native.memcpy_dtoh_async(bytes(4), 1, 4, 0)
+        _native.CALLS.memcpy_dtoh_async(bytes(4), 1, 4, 0)
     with pytest.raises(TypeError):
-        _native.memcpy_htod_async(1, object(), 4, 0)
-    untyped: Any = _native.memcpy_htod
+        _native.CALLS.memcpy_htod_async(1, object(), 4, 0)
+    untyped: Any = _native.CALLS.memcpy_htod
     with pytest.raises(TypeError):
         untyped(0, 1, bytearray(4))  # three arguments, four needed
     with pytest.raises(TypeError, match="driver handle or an int"):
-        _native.graph_launch("not a handle", 0)
+        _native.CALLS.graph_launch("not a handle", 0)
     with pytest.raises(OverflowError):
-        _native.launch(0, 2**32, 1, 1, 1, 1, 1, 0, 0, 0)  # a grid dimension beyond 32 bits
+        _native.CALLS.launch(0, 2**32, 1, 1, 1, 1, 1, 0, 0, 0)  # a grid dimension beyond 32 bits
 
 
 def test_an_error_the_bindings_raise_is_not_a_status() -> None:
@@ -198,7 +186,7 @@ def test_an_error_the_bindings_raise_is_not_a_status() -> None:
 
     outcome: object
     try:
-        outcome = _native.event_query(0)
+        outcome = _native.CALLS.event_query(0)
     except Exception as exc:  # noqa: BLE001 - whichever error the bindings' loader raises
         outcome = exc
     assert not isinstance(outcome, SystemError), outcome  # a status returned with an exception set would be one

@@ -28,7 +28,8 @@ patch release never removes or changes one.
   :func:`on_driver_change`; the seam's route, for compiled driver calls:
   :func:`on_route_change`; the process's default driver:
   :data:`DRIVER_VARIABLE`, :func:`default_driver_choice`.
-- Fault attribution's switch, read on each launch: :func:`attributing`.
+- Fault attribution's switch, read on each launch: :func:`attributing`, or
+  ``ATTRIBUTING[0]`` (the same flag as a one-element list: no call on the hot path).
 - For sweeps that collect garbage at each acquisition of a cuguard lock:
   :func:`set_acquire_hook`.
 - The one table of facts about driver functions (what each creates, releases,
@@ -70,10 +71,12 @@ from cuguard.errors._seam import (
     on_driver_forgotten,
     on_route_change,
 )
+from cuguard.errors._sticky import ON as ATTRIBUTING
 from cuguard.errors._sticky import attributing
 from cuguard.errors.owners import Owned, Unique
 
 __all__ = [
+    "ATTRIBUTING",
     "DRIVER_FACTS",
     "DRIVER_VARIABLE",
     "INT_LIMIT",

@@ -17,7 +17,7 @@ from cuguard.errors import (
     report,
     report_error,
 )
-from cuguard.errors.lowlevel import attributing, refuse_construction, wrong_kind
+from cuguard.errors.lowlevel import ATTRIBUTING, refuse_construction, wrong_kind
 from cuguard.graphs import _updates
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
 from cuguard.resources import (
@@ -191,7 +191,7 @@ class Graph(_Collected):
             raise_status(err, "cuGraphLaunch")
         if race.ON:
             race.graph_launched(stream, self._owners)  # one operation on the memory its nodes use (B7)
-        if attributing():
+        if ATTRIBUTING[0]:
             kinds = self._signature[0]
             wait_attributed(
                 stream, lambda: f"the launch of executable graph {format_handle(self._int)} ({len(kinds)} nodes)"

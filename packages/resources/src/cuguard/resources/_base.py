@@ -29,7 +29,7 @@ from cuguard.errors.owners import Owned  # from its defining module: the compile
 from cuguard.resources import _captures
 from cuguard.resources._relaxed import relax, restore
 
-__all__ = ["Resource"]
+__all__ = ["Resource", "driver_types"]
 
 if not __file__.endswith(".py") and not compiled_owners:
     # This module is the compiled build, its classes laid out on the compiled Owned; on the
@@ -71,6 +71,13 @@ def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[
             report(err, "cuThreadExchangeStreamCaptureMode", handle, "the thread stays in relaxed capture mode")
 
 
+def driver_types() -> Any:
+    """The cuda-bindings module whose types (``CUstream``...) handles are made of."""
+    from cuda.bindings import driver as types
+
+    return types
+
+
 class Resource(Owned):
     """Base of every cuguard resource (streams, events, buffers, modules...).
 
@@ -92,6 +99,9 @@ class Resource(Owned):
     _capture_unsafe_release: ClassVar[bool] = False
     # Whether an explicit close() runs relaxed as well (memory: a free never breaks a capture, G6).
     _explicit_release_relaxed: ClassVar[bool] = True
+    # The cuda-bindings type of the handle ("CUstream"...): the compiled build keeps the handles it makes as
+    # ints (addresses) and :attr:`handle` gives them out as this type.
+    _handle_type: ClassVar[str | None] = None
     _handle: Any
     _context: Context
     _closed: bool
@@ -113,9 +123,16 @@ class Resource(Owned):
         Raises :class:`~cuguard.errors.ResourceClosedError` once closed, once
         its context was destroyed, or while its driver is not installed.
         """
+        return self._bindings_handle()
+
+    def _bindings_handle(self) -> Any:
+        """The handle (open checked), as the bindings' type when the compiled build kept it as an int."""
         if self._closed or self._context._closed:
             self._check_open()
-        return self._handle
+        handle = self._handle
+        if type(handle) is int and self._handle_type is not None:
+            return getattr(driver_types(), self._handle_type)(handle)
+        return handle
 
     @property
     def context(self) -> Context:

@@ -10,6 +10,7 @@ from cuguard.context.lowlevel import call_switched, call_switched_by
 from cuguard.errors import ResourceClosedError, driver, driver_token, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, driver_state, int_argument, wrong_kind
 from cuguard.resources import _race
+from cuguard.resources._base import driver_types
 from cuguard.resources._fast import follow_compiled
 from cuguard.resources._memory import Buffer, PinnedBuffer, new_ordered_buffer
 from cuguard.resources._module import Module
@@ -20,7 +21,6 @@ from cuguard.resources._stream import (
     _event_destroy,
     as_stream,
     capturing_refusal,
-    driver_types,
     new_event,
     new_stream,
     refuse_capturing_allocation,
@@ -464,9 +464,9 @@ class Device:
                 # Another context is current: switch in, create, restore (C1), call_in's path inlined
                 # (compiled: the three driver calls in one; their failures handled as call_switched's).
                 if fp is not None:
-                    handle = call_switched_by(
-                        context, current, fp.stream_create_switched, "cuStreamCreate", _stream_destroy, flags
-                    )
+                    # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
+                    create = getattr(fp, "stream_create_switched")  # noqa: B009
+                    handle = call_switched_by(context, current, create, "cuStreamCreate", _stream_destroy, flags)
                 else:
                     handle = call_switched(
                         context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
@@ -540,9 +540,9 @@ class Device:
                 # Another context is current: switch in, create, restore (C1), call_in's path inlined
                 # (compiled: the three driver calls in one; their failures handled as call_switched's).
                 if fp is not None:
-                    handle = call_switched_by(
-                        context, current, fp.event_create_switched, "cuEventCreate", _event_destroy, flags
-                    )
+                    # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
+                    create = getattr(fp, "event_create_switched")  # noqa: B009
+                    handle = call_switched_by(context, current, create, "cuEventCreate", _event_destroy, flags)
                 else:
                     handle = call_switched(
                         context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from cuguard.errors.lowlevel import on_route_change
 
@@ -43,6 +43,7 @@ __all__ = [
     "compiled_status",
     "follow_compiled",
     "loaded",
+    "stale",
     "use_compiled",
 ]
 
@@ -74,40 +75,43 @@ COMPILED_FUNCTIONS = (
 )
 
 
-class CompiledCalls:
-    """The compiled functions, as a hot path gets them while they are in use.
+class CompiledCalls(Protocol):
+    """The compiled calls (``_native.Calls``, one instance), as a hot path gets them while they are in use.
 
-    Each returns statuses (see ``_native.pyi``); the hot path raises. The
-    attributes are plain: a test may replace one to count calls.
+    Each returns statuses (see ``_native.pyi``); the hot path raises. Handles these calls make are ints (the
+    addresses). A compiled hot module declares its global as ``_native.Calls`` in its ``.pxd``, so its calls
+    are C calls; a pure-Python module calls the same methods.
     """
 
-    event_create: Callable[[int, int], tuple[int, Any]]
-    event_create_switched: Callable[[int, Any, int], tuple[Any, Any, Any, Any]]
-    event_destroy: Callable[[Any], int]
-    event_record: Callable[[Any, Any], int]
-    event_query: Callable[[Any], int]
-    stream_create: Callable[[int, int], tuple[int, Any]]
-    stream_create_switched: Callable[[int, Any, int], tuple[Any, Any, Any, Any]]
-    stream_destroy: Callable[[Any], int]
-    stream_synchronize: Callable[[Any], int]
-    mem_alloc_async: Callable[[int, Any, bool], tuple[int, Any]]
-    mem_free_async: Callable[[Any, Any], int]
-    memcpy_htod_async: Callable[[Any, Any, int, Any], int]
-    memcpy_dtoh_async: Callable[[Any, Any, int, Any], int]
-    memcpy_htod: Callable[[int, Any, Any, int], int | tuple[int, str]]
-    memcpy_dtoh: Callable[[int, Any, Any, int], int | tuple[int, str]]
-    launch: Callable[..., int]
-    graph_add_empty: Callable[[Any, Any], tuple[int, Any]]
-    graph_instantiate: Callable[[int | None, Any, int], tuple[int, Any]]
-    graph_launch: Callable[[Any, Any], int]
-    graph_exec_destroy: Callable[[Any], int]
-    #: The status ``mem_alloc_async`` returns when the stream is being captured (nothing allocated).
-    CAPTURING: int
+    CAPTURING: int  # the status mem_alloc_async returns when the stream is being captured (nothing allocated)
 
-    def __init__(self, native: Any) -> None:
-        for name in COMPILED_FUNCTIONS:
-            setattr(self, name, getattr(native, name))
-        self.CAPTURING = native.CAPTURING
+    def event_create(self, context: int, flags: int, /) -> tuple[int, Any]: ...
+    def event_create_switched(self, context: int, previous: Any, flags: int, /) -> tuple[Any, Any, Any, Any]: ...
+    def event_destroy(self, event: Any, /) -> int: ...
+    def event_record(self, event: Any, stream: Any, /) -> int: ...
+    def event_query(self, event: Any, /) -> int: ...
+    def stream_create(self, context: int, flags: int, /) -> tuple[int, Any]: ...
+    def stream_create_switched(self, context: int, previous: Any, flags: int, /) -> tuple[Any, Any, Any, Any]: ...
+    def stream_destroy(self, stream: Any, /) -> int: ...
+    def stream_synchronize(self, stream: Any, /) -> int: ...
+    def mem_alloc_async(self, size: int, stream: Any, ask_capture: bool, /) -> tuple[int, Any]: ...
+    def mem_free_async(self, ptr: Any, stream: Any, /) -> int: ...
+    def memcpy_htod_async(self, dst: Any, src: Any, size: int, stream: Any, /) -> int: ...
+    def memcpy_dtoh_async(self, dst: Any, src: Any, size: int, stream: Any, /) -> int: ...
+    def memcpy_htod(self, context: int, dst: Any, src: Any, size: int, /) -> int | tuple[int, str]: ...
+    def memcpy_dtoh(self, context: int, dst: Any, src: Any, size: int, /) -> int | tuple[int, str]: ...
+    def launch(self, *args: Any) -> int: ...
+    def graph_add_empty(self, graph: Any, dependency: Any, /) -> tuple[int, Any]: ...
+    def graph_instantiate(self, context: int | None, graph: Any, flags: int, /) -> tuple[int, Any]: ...
+    def graph_launch(self, graph_exec: Any, stream: Any, /) -> int: ...
+    def graph_exec_destroy(self, graph_exec: Any, /) -> int: ...
+
+
+def stale(native: Any) -> list[str]:
+    """What the Python side calls that the extension module ``native`` lacks (one built from an older source)."""
+    calls = getattr(native, "Calls", None)
+    missing = [name for name in ("CALLS", "setup") if not hasattr(native, name)]
+    return missing + [name for name in COMPILED_FUNCTIONS if not hasattr(calls, name)]
 
 
 def _load() -> tuple[CompiledCalls | None, str]:
@@ -116,9 +120,9 @@ def _load() -> tuple[CompiledCalls | None, str]:
         from cuguard.resources import _native  # type: ignore[attr-defined, unused-ignore]
     except ImportError as exc:
         return None, f"this is the pure-Python build (the compiled extension is not importable: {exc})"
-    stale = [name for name in (*COMPILED_FUNCTIONS, "CAPTURING", "setup") if not hasattr(_native, name)]
-    if stale:
-        return None, f"the compiled extension lacks {', '.join(stale)}: rebuild it from this version's _native.pyx"
+    missing = stale(_native)
+    if missing:
+        return None, f"the compiled extension lacks {', '.join(missing)}: rebuild it from this version's _native.pyx"
     try:
         from cuda.bindings import cydriver
         from cuda.bindings import driver as real
@@ -127,10 +131,11 @@ def _load() -> tuple[CompiledCalls | None, str]:
     capi = getattr(cydriver, "__pyx_capi__", None)
     if not isinstance(capi, dict):
         return None, "cuda.bindings.cydriver exports no C entry points (__pyx_capi__)"
-    problems = _native.setup(capi, real.CUstream, real.CUevent, real.CUdeviceptr, real.CUgraphNode)
+    problems = _native.setup(capi, real.CUgraphNode)
     if problems:
         return None, "entry points of cuda.bindings.cydriver do not fit: " + "; ".join(problems)
-    return CompiledCalls(_native), "on"
+    calls: CompiledCalls = _native.CALLS
+    return calls, "on"
 
 
 def _wanted() -> bool:

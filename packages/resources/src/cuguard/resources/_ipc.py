@@ -40,9 +40,10 @@ from typing import Any
 from cuguard.context import call_in
 from cuguard.errors import driver, raise_status, report
 from cuguard.errors.lowlevel import INT_LIMIT, deferring_lock, driver_state, int_argument, is_integer, wrong_kind
+from cuguard.resources._base import driver_types
 from cuguard.resources._memory import Buffer
 from cuguard.resources._relaxed import on_own_behalf
-from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, driver_types
+from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream
 
 __all__ = ["IPCAllocationHandle", "IPCBufferDescriptor", "IPCEventDescriptor"]
 

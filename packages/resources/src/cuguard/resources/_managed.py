@@ -16,9 +16,10 @@ from cuguard.context import call_in
 from cuguard.errors import driver, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _compat
+from cuguard.resources._base import driver_types
 from cuguard.resources._memory import Buffer, PinnedBuffer, _free_status, _host_free_status
 from cuguard.resources._memres import DeviceBoundResource, stream_argument
-from cuguard.resources._stream import Stream, as_stream, driver_types
+from cuguard.resources._stream import Stream, as_stream
 
 __all__ = ["LegacyPinnedMemoryResource", "ManagedMemoryResource"]
 

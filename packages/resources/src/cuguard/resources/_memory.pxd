@@ -3,7 +3,11 @@
 cimport cython
 
 from cuguard.resources._base cimport Resource
+from cuguard.resources._native cimport Calls
 from cuguard.resources._stream cimport Stream
+
+# The compiled calls while in use (else None): typed, so that its methods are C calls.
+cdef Calls _fp
 
 
 cdef class Buffer(Resource):

@@ -11,9 +11,9 @@ from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, driver, raise_status
 from cuguard.errors.lowlevel import in_driver_callback, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _dlpack, _race
-from cuguard.resources._base import Resource
+from cuguard.resources._base import Resource, driver_types
 from cuguard.resources._fast import follow_compiled
-from cuguard.resources._stream import Stream, as_stream, driver_types
+from cuguard.resources._stream import Stream, as_stream
 
 if TYPE_CHECKING:
     from cuguard.resources._ipc import IPCBufferDescriptor
@@ -187,6 +187,7 @@ class Buffer(Resource):
     __slots__ = ("_device", "_graph_used", "_lender", "_mr", "_mr_data", "_release_deferred", "_size", "_stream")
     _graph_used: bool  # a graph node used it once: close() asks the graphs layer first (W5)
     _what = "device memory"
+    _handle_type = "CUdeviceptr"
     _capture_unsafe_release = True  # a collection frees it in relaxed capture mode (O6, _base)
     _factory = "Device.allocate()"
     _device: int
@@ -201,6 +202,8 @@ class Buffer(Resource):
         """Synchronous allocation in ``context`` (stream-ordered ones are made by ``Device.allocate``)."""
         size = int_argument("size", size)
         handle = call_in(context, _alloc, _free, size)
+        if _fp is not None:
+            handle = int(handle)  # the compiled build keeps the address: its calls take it as it is
         return cls._made(handle, context, device, size)
 
     @classmethod
@@ -399,7 +402,9 @@ class Buffer(Resource):
     @property
     def ptr(self) -> int:
         """The device address as an int."""
-        return int(self.handle)
+        if self._closed or self._context._closed:
+            self._check_open()
+        return int(self._handle)
 
     def close(self, stream: Any = None) -> None:
         """Free the memory now (see :meth:`Resource.close`). Idempotent.

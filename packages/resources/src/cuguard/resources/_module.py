@@ -13,10 +13,10 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, StickyCUDAError, driver, format_handle, is_sticky, raise_status
 from cuguard.errors.lowlevel import (
+    ATTRIBUTING,
     INT_LIMIT,
     UINT_LIMIT,
     Unique,
-    attributing,
     int_argument,
     is_integer,
     out_of_range,
@@ -161,9 +161,10 @@ class Kernel(Unique):
     closed module is refused by :func:`launch` with ``ResourceClosedError``.
     """
 
-    __slots__ = ("_handle", "_signature", "module", "name")
+    __slots__ = ("_address", "_handle", "_signature", "module", "name")
 
     _handle: Any
+    _address: int  # the CUfunction's address, as the compiled launch takes it (no conversion per launch)
     _signature: Signature | None
     name: str
     module: Module
@@ -175,6 +176,7 @@ class Kernel(Unique):
     def _make(cls, handle: Any, name: str, module: Module, signature: Signature | None = None) -> Kernel:
         self = cls.__new__(cls)
         self._handle = handle
+        self._address = int(handle)
         self.name = name
         self.module = module
         self._signature = signature
@@ -576,7 +578,7 @@ def launch(
         fp = _fp
         if fp is not None and type(params) is int:
             # Compiled: the packed parameter block's address goes straight to the driver; the status back.
-            err = fp.launch(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params)
+            err = fp.launch(kernel._address, gx, gy, gz, bx, by, bz, shared, stream._handle, params)
         else:
             (err,) = driver.cuLaunchKernel(kernel._handle, gx, gy, gz, bx, by, bz, shared, stream._handle, params, 0)
         del keep  # the driver copied the arguments
@@ -590,7 +592,7 @@ def launch(
     if _race.ON:
         call = "cuLaunchKernelEx" if config._ex else "cuLaunchKernel"
         _race.launched(stream, f"{call} ({kernel.name})", args, reads)
-    if attributing():
+    if ATTRIBUTING[0]:
         wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
 
 

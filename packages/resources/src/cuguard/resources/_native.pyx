@@ -21,9 +21,10 @@ entry points set a Python exception and return a failed status; an exception
 set after a failed status is therefore theirs, and it propagates).
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.exc cimport PyErr_Occurred
-from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr
+from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromUnsignedLongLong, PyLong_FromVoidPtr
 from cpython.pycapsule cimport PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer
 from libc.stdint cimport uintptr_t
 from libc.string cimport strcmp
@@ -86,15 +87,13 @@ cdef memcpy_dtoh_async_t p_cuMemcpyDtoHAsync = NULL
 cdef memcpy_htod_t p_cuMemcpyHtoD = NULL
 cdef memcpy_dtoh_t p_cuMemcpyDtoH = NULL
 
-# The cuda-bindings handle types that creating calls return (CUstream, CUdeviceptr, CUgraphNode).
-cdef object t_stream = None
-cdef object t_deviceptr = None
+# The cuda-bindings handle type of the nodes graph_add_empty makes (the graphs layer keeps it as it is).
 cdef object t_graphnode = None
 cdef bint ready = False
 
 #: ``CU_STREAM_CAPTURE_STATUS_ACTIVE``.
 cdef int CAPTURE_ACTIVE = 1
-#: What :func:`mem_alloc_async` returns as its status when the stream is being captured (nothing allocated).
+#: What :meth:`Calls.mem_alloc_async` returns as its status when the stream is being captured (nothing allocated).
 CAPTURING = -2
 
 #: Each entry point: its name in ``__pyx_capi__`` and the C signature its capsule must carry.
@@ -147,7 +146,7 @@ cdef int raised(CUresult err) except -1:
     return 0
 
 
-cdef object failed(CUresult err, str call):
+cdef tuple failed(CUresult err, str call):
     raised(err)
     return (err, call)
 
@@ -173,13 +172,13 @@ cdef int check_ready() except -1:
     return 0
 
 
-def setup(dict capi, stream, event, deviceptr, graphnode, /):
+def setup(dict capi, graphnode, /):
     """Resolve every entry point from ``capi`` (``cuda.bindings.cydriver.__pyx_capi__``); return the problems.
 
-    An empty list: ready (the handle types given are kept for the creating calls). Otherwise nothing is
-    resolved and every other function refuses with ``RuntimeError``.
+    An empty list: ready (``graphnode``, the bindings' ``CUgraphNode``, is kept for ``graph_add_empty``).
+    Otherwise nothing is resolved and every call of :data:`CALLS` refuses with ``RuntimeError``.
     """
-    global ready, t_stream, t_deviceptr, t_graphnode
+    global ready, t_graphnode
     problems = []
     found = {}
     cdef const char *name
@@ -229,15 +228,14 @@ def setup(dict capi, stream, event, deviceptr, graphnode, /):
     p_cuMemcpyDtoHAsync = <memcpy_dtoh_async_t><uintptr_t>found["cuMemcpyDtoHAsync"]
     p_cuMemcpyHtoD = <memcpy_htod_t><uintptr_t>found["cuMemcpyHtoD"]
     p_cuMemcpyDtoH = <memcpy_dtoh_t><uintptr_t>found["cuMemcpyDtoH"]
-    t_stream = stream
-    t_deviceptr = deviceptr
     t_graphnode = graphnode
     ready = True
     return problems
 
 
-cdef object create_in(object context, unsigned int flags, create_t create, str call, bint as_int, bint release):
-    """``(0, handle)`` | ``(-1, the current context as an int)`` | ``(status, call)``: creates only in ``context``."""
+cdef tuple create_in(object context, unsigned int flags, create_t create, str call, bint release):
+    """``(0, the handle's address)`` | ``(-1, the current context as an int)`` | ``(status, call)``: creates only in
+    ``context``."""
     cdef void *handle = NULL
     cdef CUresult err
     check_ready()
@@ -251,25 +249,12 @@ cdef object create_in(object context, unsigned int flags, create_t create, str c
         err = create(&handle, flags)
     if err:
         return failed(err, call)
-    if as_int:
-        return (0, PyLong_FromVoidPtr(handle))
-    return (0, t_stream(PyLong_FromVoidPtr(handle)))
+    return (0, PyLong_FromVoidPtr(handle))
 
 
-def event_create(context, unsigned int flags, /):
-    """Create an event in ``context`` if it is current: ``(0, the event's address as an int)``, else see create_in."""
-    return create_in(context, flags, p_cuEventCreate, "cuEventCreate", True, False)
-
-
-def stream_create(context, unsigned int flags, /):
-    """Create a stream in ``context`` if it is current: ``(0, CUstream)``, ``(-1, current)`` or ``(status, call)``."""
-    return create_in(context, flags, p_cuStreamCreate, "cuStreamCreate", False, True)
-
-
-cdef object create_switched(object context, object previous, unsigned int flags, create_t create, bint as_int,
-                           bint release):
-    """Switch to ``context``, create, switch back to ``previous``: ``(switch status, status, handle, restore
-    status)``. A refused switch runs nothing else; a failed create is still followed by the restore."""
+cdef tuple create_switched(object context, object previous, unsigned int flags, create_t create, bint release):
+    """Switch to ``context``, create, switch back to ``previous``: ``(switch status, status, the handle's address,
+    restore status)``. A refused switch runs nothing else; a failed create is still followed by the restore."""
     cdef void *want
     cdef void *back
     cdef void *handle = NULL
@@ -293,22 +278,10 @@ cdef object create_switched(object context, object previous, unsigned int flags,
     raised(serr or err or rerr)
     if serr or err:
         return (serr, err, None, rerr)
-    made = PyLong_FromVoidPtr(handle) if as_int else t_stream(PyLong_FromVoidPtr(handle))
-    return (0, 0, made, rerr)
+    return (0, 0, PyLong_FromVoidPtr(handle), rerr)
 
 
-def event_create_switched(context, previous, unsigned int flags, /):
-    """Create an event in ``context`` while ``previous`` is current (see ``create_switched``): the event's
-    address as an int."""
-    return create_switched(context, previous, flags, p_cuEventCreate, True, False)
-
-
-def stream_create_switched(context, previous, unsigned int flags, /):
-    """Create a stream in ``context`` while ``previous`` is current (the GIL released): a ``CUstream``."""
-    return create_switched(context, previous, flags, p_cuStreamCreate, False, True)
-
-
-cdef object one_handle(object obj, one_handle_t fn, bint release):
+cdef int one_handle(object obj, one_handle_t fn, bint release) except -1:
     cdef void *handle
     cdef CUresult err
     check_ready()
@@ -322,32 +295,7 @@ cdef object one_handle(object obj, one_handle_t fn, bint release):
     return err
 
 
-def event_destroy(event, /):
-    """``cuEventDestroy``: the status."""
-    return one_handle(event, p_cuEventDestroy, False)
-
-
-def event_query(event, /):
-    """``cuEventQuery``: the status (``CUDA_ERROR_NOT_READY`` while work before the record is pending)."""
-    return one_handle(event, p_cuEventQuery, False)
-
-
-def stream_destroy(stream, /):
-    """``cuStreamDestroy`` (the GIL released): the status."""
-    return one_handle(stream, p_cuStreamDestroy, True)
-
-
-def stream_synchronize(stream, /):
-    """``cuStreamSynchronize`` (the GIL released): the status."""
-    return one_handle(stream, p_cuStreamSynchronize, True)
-
-
-def graph_exec_destroy(graph_exec, /):
-    """``cuGraphExecDestroy`` (the GIL released): the status."""
-    return one_handle(graph_exec, p_cuGraphExecDestroy, True)
-
-
-cdef object two_handles(object first, object second, two_handles_t fn):
+cdef int two_handles(object first, object second, two_handles_t fn) except -1:
     """``fn(first, second)`` with the GIL released: the status."""
     cdef void *a
     cdef void *b
@@ -359,115 +307,6 @@ cdef object two_handles(object first, object second, two_handles_t fn):
         err = fn(a, b)
     raised(err)
     return err
-
-
-def event_record(event, stream, /):
-    """``cuEventRecord`` (the GIL released): the status."""
-    return two_handles(event, stream, p_cuEventRecord)
-
-
-def graph_launch(graph_exec, stream, /):
-    """``cuGraphLaunch`` (the GIL released): the status."""
-    return two_handles(graph_exec, stream, p_cuGraphLaunch)
-
-
-def mem_alloc_async(size_t size, stream, bint ask_capture, /):
-    """Allocate ``size`` bytes ordered on ``stream`` (the GIL released).
-
-    With ``ask_capture``, ``cuStreamIsCapturing`` first: while a capture is active on the stream nothing
-    is allocated and the status is :data:`CAPTURING`. Returns ``(0, CUdeviceptr)``, ``(CAPTURING, None)``
-    or ``(status, the call that failed)``.
-    """
-    cdef void *s
-    cdef CUdeviceptr ptr = 0
-    cdef int capturing = 0
-    cdef CUresult err = 0
-    cdef bint asked = False
-    check_ready()
-    address(stream, &s)
-    with nogil:
-        if ask_capture:
-            err = p_cuStreamIsCapturing(s, &capturing)
-            asked = True
-        if err == 0 and capturing != CAPTURE_ACTIVE:
-            asked = False
-            err = p_cuMemAllocAsync(&ptr, size, s)
-    if err:
-        return failed(err, "cuStreamIsCapturing" if asked else "cuMemAllocAsync")
-    if capturing == CAPTURE_ACTIVE:
-        return (CAPTURING, None)
-    return (0, t_deviceptr(ptr))
-
-
-def mem_free_async(ptr, stream, /):
-    """``cuMemFreeAsync`` (the GIL released): the status."""
-    cdef void *p
-    cdef void *s
-    cdef CUresult err
-    check_ready()
-    address(ptr, &p)
-    address(stream, &s)
-    with nogil:
-        err = p_cuMemFreeAsync(<CUdeviceptr><uintptr_t>p, s)
-    raised(err)
-    return err
-
-
-def launch(function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-           unsigned int bz, unsigned int shared, stream, params, /):
-    """``cuLaunchKernel`` with a packed parameter array at address ``params`` (the GIL released): the status."""
-    cdef void *f
-    cdef void *s
-    cdef void *p
-    cdef CUresult err
-    check_ready()
-    address(function, &f)
-    address(stream, &s)
-    address(params, &p)
-    with nogil:
-        err = p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, <void **>p, NULL)
-    raised(err)
-    return err
-
-
-def graph_add_empty(graph, dependency, /):
-    """An empty node after ``dependency`` (or none): ``(0, CUgraphNode)`` | ``(status, call)``."""
-    cdef void *g
-    cdef void *dep = NULL
-    cdef void *node = NULL
-    cdef size_t count = 0
-    cdef CUresult err
-    check_ready()
-    address(graph, &g)
-    if dependency is not None:
-        address(dependency, &dep)
-        count = 1
-    err = p_cuGraphAddEmptyNode(&node, g, &dep if count else NULL, count)
-    if err:
-        return failed(err, "cuGraphAddEmptyNode")
-    return (0, t_graphnode(PyLong_FromVoidPtr(node)))
-
-
-def graph_instantiate(context, graph, unsigned long long flags, /):
-    """Instantiate ``graph`` (the GIL released) in ``context`` if it is current (``None``: wherever).
-
-    ``(0, the executable graph's address as an int)`` | ``(-1, the current context as an int)`` (nothing
-    made: the caller switches) | ``(status, call)``.
-    """
-    cdef void *g
-    cdef void *made = NULL
-    cdef CUresult err
-    check_ready()
-    if context is not None:
-        elsewhere = in_context(context)
-        if elsewhere is not None:
-            return elsewhere
-    address(graph, &g)
-    with nogil:
-        err = p_cuGraphInstantiate(&made, g, flags)
-    if err:
-        return failed(err, "cuGraphInstantiate")
-    return (0, PyLong_FromVoidPtr(made))
 
 
 cdef int host_pointer(object obj, bint writable, size_t size, Py_buffer *view, void **out) except -1:
@@ -524,21 +363,226 @@ cdef object copy(object context, object dst, object src, size_t size, object str
     return (err, "cuMemcpyHtoD" if to_device else "cuMemcpyDtoH")
 
 
-def memcpy_htod_async(dst, src, size_t size, stream, /):
-    """Queue a host-to-device copy (``src``: an address or a buffer) on ``stream``: the status."""
-    return copy(None, dst, src, size, stream, True, True)
+#: The calls of :class:`Calls`, in the order of its counters.
+CALL_NAMES = (
+    "event_create",
+    "stream_create",
+    "event_create_switched",
+    "stream_create_switched",
+    "event_destroy",
+    "event_query",
+    "event_record",
+    "stream_destroy",
+    "stream_synchronize",
+    "mem_alloc_async",
+    "mem_free_async",
+    "launch",
+    "graph_add_empty",
+    "graph_instantiate",
+    "graph_launch",
+    "graph_exec_destroy",
+    "memcpy_htod_async",
+    "memcpy_dtoh_async",
+    "memcpy_htod",
+    "memcpy_dtoh",
+)
 
 
-def memcpy_dtoh_async(dst, src, size_t size, stream, /):
-    """Queue a device-to-host copy (``dst``: an address or a writable buffer) on ``stream``: the status."""
-    return copy(None, dst, src, size, stream, True, False)
+@cython.final
+cdef class Calls:
+    """The compiled driver calls (one instance: :data:`CALLS`). Handles in (ints, or the bindings' handle
+    types), statuses out; nothing raises for a driver failure.
+
+    A compiled module that declares its ``Calls`` in its ``.pxd`` calls these methods in C, without a
+    Python call; pure Python calls them as ordinary methods. Handles that these calls make are ints (the
+    addresses); the resources keep them so, and give the bindings' types out on demand.
+    """
+
+    def __cinit__(self):
+        self.CAPTURING = CAPTURING
+
+    def counts(self):
+        """How many times each call was made in this process (by name): what tests and benchmarks read to
+        see that the compiled calls were used."""
+        return {name: self.made[i] for i, name in enumerate(CALL_NAMES)}
+
+    cpdef tuple event_create(self, object context, unsigned int flags):
+        """Create an event in ``context`` if it is current: ``(0, its address)``, ``(-1, the current context as
+        an int)`` (nothing made: the caller switches) or ``(status, "cuEventCreate" or "cuCtxGetCurrent")``."""
+        self.made[0] += 1
+        return create_in(context, flags, p_cuEventCreate, "cuEventCreate", False)
+
+    cpdef tuple stream_create(self, object context, unsigned int flags):
+        """Create a stream in ``context`` if it is current (the GIL released): as :meth:`event_create`."""
+        self.made[1] += 1
+        return create_in(context, flags, p_cuStreamCreate, "cuStreamCreate", True)
+
+    cpdef tuple event_create_switched(self, object context, object previous, unsigned int flags):
+        """Create an event in ``context`` while ``previous`` is current: switch in, create, switch back.
+        ``(switch status, status, its address or None, restore status)``."""
+        self.made[2] += 1
+        return create_switched(context, previous, flags, p_cuEventCreate, False)
+
+    cpdef tuple stream_create_switched(self, object context, object previous, unsigned int flags):
+        """Create a stream in ``context`` while ``previous`` is current (the GIL released): as
+        :meth:`event_create_switched`."""
+        self.made[3] += 1
+        return create_switched(context, previous, flags, p_cuStreamCreate, True)
+
+    cpdef int event_destroy(self, object event) except -1:
+        """``cuEventDestroy``: the status."""
+        self.made[4] += 1
+        return one_handle(event, p_cuEventDestroy, False)
+
+    cpdef int event_query(self, object event) except -1:
+        """``cuEventQuery``: the status (``CUDA_ERROR_NOT_READY`` while work before the record is pending)."""
+        self.made[5] += 1
+        return one_handle(event, p_cuEventQuery, False)
+
+    cpdef int event_record(self, object event, object stream) except -1:
+        """``cuEventRecord`` (the GIL released): the status."""
+        self.made[6] += 1
+        return two_handles(event, stream, p_cuEventRecord)
+
+    cpdef int stream_destroy(self, object stream) except -1:
+        """``cuStreamDestroy`` (the GIL released): the status."""
+        self.made[7] += 1
+        return one_handle(stream, p_cuStreamDestroy, True)
+
+    cpdef int stream_synchronize(self, object stream) except -1:
+        """``cuStreamSynchronize`` (the GIL released): the status."""
+        self.made[8] += 1
+        return one_handle(stream, p_cuStreamSynchronize, True)
+
+    cpdef tuple mem_alloc_async(self, size_t size, object stream, bint ask_capture):
+        """Allocate ``size`` bytes ordered on ``stream`` (the GIL released).
+
+        With ``ask_capture``, ``cuStreamIsCapturing`` first: while a capture is active on the stream nothing
+        is allocated and the status is :data:`CAPTURING`. Returns ``(0, the address as an int)``,
+        ``(CAPTURING, None)`` or ``(status, the call that failed)``.
+        """
+        self.made[9] += 1
+        cdef void *s
+        cdef CUdeviceptr ptr = 0
+        cdef int capturing = 0
+        cdef CUresult err = 0
+        cdef bint asked = False
+        check_ready()
+        address(stream, &s)
+        with nogil:
+            if ask_capture:
+                err = p_cuStreamIsCapturing(s, &capturing)
+                asked = True
+            if err == 0 and capturing != CAPTURE_ACTIVE:
+                asked = False
+                err = p_cuMemAllocAsync(&ptr, size, s)
+        if err:
+            return failed(err, "cuStreamIsCapturing" if asked else "cuMemAllocAsync")
+        if capturing == CAPTURE_ACTIVE:
+            return (CAPTURING, None)
+        return (0, PyLong_FromUnsignedLongLong(ptr))
+
+    cpdef int mem_free_async(self, object ptr, object stream) except -1:
+        """``cuMemFreeAsync`` (the GIL released): the status."""
+        self.made[10] += 1
+        cdef void *p
+        cdef void *s
+        cdef CUresult err
+        check_ready()
+        address(ptr, &p)
+        address(stream, &s)
+        with nogil:
+            err = p_cuMemFreeAsync(<CUdeviceptr><uintptr_t>p, s)
+        raised(err)
+        return err
+
+    cpdef int launch(self, object function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                     unsigned int by, unsigned int bz, unsigned int shared, object stream, object params) except -1:
+        """``cuLaunchKernel`` with a packed parameter array at address ``params`` (the GIL released): the status."""
+        self.made[11] += 1
+        cdef void *f
+        cdef void *s
+        cdef void *p
+        cdef CUresult err
+        check_ready()
+        address(function, &f)
+        address(stream, &s)
+        address(params, &p)
+        with nogil:
+            err = p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, <void **>p, NULL)
+        raised(err)
+        return err
+
+    cpdef tuple graph_add_empty(self, object graph, object dependency):
+        """An empty node after ``dependency`` (or none): ``(0, CUgraphNode)`` | ``(status, call)``."""
+        self.made[12] += 1
+        cdef void *g
+        cdef void *dep = NULL
+        cdef void *node = NULL
+        cdef size_t count = 0
+        cdef CUresult err
+        check_ready()
+        address(graph, &g)
+        if dependency is not None:
+            address(dependency, &dep)
+            count = 1
+        err = p_cuGraphAddEmptyNode(&node, g, &dep if count else NULL, count)
+        if err:
+            return failed(err, "cuGraphAddEmptyNode")
+        return (0, t_graphnode(PyLong_FromVoidPtr(node)))
+
+    cpdef tuple graph_instantiate(self, object context, object graph, unsigned long long flags):
+        """Instantiate ``graph`` (the GIL released) in ``context`` if it is current (``None``: wherever).
+
+        ``(0, the executable graph's address as an int)`` | ``(-1, the current context as an int)`` (nothing
+        made: the caller switches) | ``(status, call)``.
+        """
+        self.made[13] += 1
+        cdef void *g
+        cdef void *made = NULL
+        cdef CUresult err
+        check_ready()
+        if context is not None:
+            elsewhere = in_context(context)
+            if elsewhere is not None:
+                return elsewhere
+        address(graph, &g)
+        with nogil:
+            err = p_cuGraphInstantiate(&made, g, flags)
+        if err:
+            return failed(err, "cuGraphInstantiate")
+        return (0, PyLong_FromVoidPtr(made))
+
+    cpdef int graph_launch(self, object graph_exec, object stream) except -1:
+        """``cuGraphLaunch`` (the GIL released): the status."""
+        self.made[14] += 1
+        return two_handles(graph_exec, stream, p_cuGraphLaunch)
+
+    cpdef int graph_exec_destroy(self, object graph_exec) except -1:
+        """``cuGraphExecDestroy`` (the GIL released): the status."""
+        self.made[15] += 1
+        return one_handle(graph_exec, p_cuGraphExecDestroy, True)
+
+    cpdef int memcpy_htod_async(self, object dst, object src, size_t size, object stream) except -1:
+        """Queue a host-to-device copy (``src``: an address or a buffer) on ``stream``: the status."""
+        self.made[16] += 1
+        return copy(None, dst, src, size, stream, True, True)
+
+    cpdef int memcpy_dtoh_async(self, object dst, object src, size_t size, object stream) except -1:
+        """Queue a device-to-host copy (``dst``: an address or a writable buffer) on ``stream``: the status."""
+        self.made[17] += 1
+        return copy(None, dst, src, size, stream, True, False)
+
+    cpdef object memcpy_htod(self, object context, object dst, object src, size_t size):
+        """A synchronous host-to-device copy in ``context``: 0, -1 (another context current) or ``(status, call)``."""
+        self.made[18] += 1
+        return copy(context, dst, src, size, None, False, True)
+
+    cpdef object memcpy_dtoh(self, object context, object dst, object src, size_t size):
+        """A synchronous device-to-host copy in ``context``: 0, -1 (another context current) or ``(status, call)``."""
+        self.made[19] += 1
+        return copy(context, dst, src, size, None, False, False)
 
 
-def memcpy_htod(context, dst, src, size_t size, /):
-    """A synchronous host-to-device copy in ``context``: 0, -1 (another context current) or ``(status, call)``."""
-    return copy(context, dst, src, size, None, False, True)
-
-
-def memcpy_dtoh(context, dst, src, size_t size, /):
-    """A synchronous device-to-host copy in ``context``: 0, -1 (another context current) or ``(status, call)``."""
-    return copy(context, dst, src, size, None, False, False)
+#: The compiled calls (usable once :func:`setup` succeeded; before, each raises ``RuntimeError``).
+CALLS = Calls()

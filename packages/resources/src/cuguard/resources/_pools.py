@@ -16,12 +16,12 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, add_failure_note, driver, format_handle, raise_status, report
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, int_argument, is_integer, wrong_kind
-from cuguard.resources._base import Resource, _unprohibited
+from cuguard.resources._base import Resource, _unprohibited, driver_types
 from cuguard.resources._ipc import IPCAllocationHandle, SharedImport
 from cuguard.resources._memory import Buffer, PinnedBuffer, _sync_then_free
 from cuguard.resources._memres import MemoryResource, stream_argument
 from cuguard.resources._relaxed import on_own_behalf
-from cuguard.resources._stream import Stream, driver_types, refuse_capturing_allocation
+from cuguard.resources._stream import Stream, refuse_capturing_allocation
 
 __all__ = [
     "DeviceMemoryResource",

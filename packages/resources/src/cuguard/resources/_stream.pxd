@@ -4,6 +4,10 @@
 cimport cython
 
 from cuguard.resources._base cimport Resource
+from cuguard.resources._native cimport Calls
+
+# The compiled calls while in use (else None): typed, so that its methods are C calls.
+cdef Calls _fp
 
 
 cdef class Stream(Resource):
@@ -16,6 +20,9 @@ cdef class Stream(Resource):
 cdef class Event(Resource):
     cdef public object _device
     cdef public object _timing
+
+    @cython.locals(s=Stream)
+    cpdef record(self, stream)
 
 
 @cython.locals(event=Event)

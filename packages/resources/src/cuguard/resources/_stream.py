@@ -20,7 +20,7 @@ from cuguard.errors.lowlevel import (
     wrong_kind,
 )
 from cuguard.resources import _captures, _race
-from cuguard.resources._base import Resource
+from cuguard.resources._base import Resource, driver_types
 from cuguard.resources._fast import follow_compiled
 
 if TYPE_CHECKING:
@@ -107,6 +107,7 @@ class Stream(Resource):
 
     __slots__ = ("_borrowers", "_device", "_lender", "_may_capture")
     _what = "stream"
+    _handle_type = "CUstream"
     _factory = "Device.create_stream() (or Stream.wrap() for a stream made elsewhere)"
     _device: int
     # A wrapper keeps what it wraps alive (_lender); a cuguard Stream that is wrapped closes its
@@ -372,11 +373,10 @@ class Stream(Resource):
         see: its stream-ordered allocations and frees then ask the driver
         whether it is capturing (G6).
         """
-        if self._closed or self._context._closed:
-            self._check_open()
+        handle = self._bindings_handle()
         if not self._may_capture:
             _captures.may_capture(self)
-        return self._handle
+        return handle
 
     def __cuda_stream__(self) -> tuple[int, int]:
         """The CUDA stream protocol: ``(0, handle address)`` (hands the handle out, as :attr:`handle` does)."""
@@ -431,6 +431,7 @@ class Event(Resource):
 
     __slots__ = ("_device", "_timing")
     _what = "event"
+    _handle_type = "CUevent"
     _factory = "Device.create_event() or Stream.record()"
     _device: int
     _timing: bool
@@ -522,12 +523,7 @@ class Event(Resource):
         Raises :class:`~cuguard.errors.ResourceClosedError` once closed, once
         its context was destroyed, or while its driver is not installed.
         """
-        if self._closed or self._context._closed:
-            self._check_open()
-        handle = self._handle
-        if type(handle) is int:  # the compiled build keeps the address: the bindings' type on demand
-            return driver_types().CUevent(handle)
-        return handle
+        return self._bindings_handle()
 
     @property
     def timing(self) -> bool:
@@ -549,20 +545,19 @@ class Event(Resource):
         Raises :class:`~cuguard.errors.CUDAError` if the driver refuses (for
         example a stream of another context: ``CUDA_ERROR_INVALID_HANDLE``).
         """
-        if type(stream) is not Stream:
-            stream = as_stream(stream, "stream")
-        if self._closed or stream._closed or self._context._closed or stream._context._closed:
+        s = stream if type(stream) is Stream else as_stream(stream, "stream")  # compiled: s is a typed Stream
+        if self._closed or s._closed or self._context._closed or s._context._closed:
             self._check_open()
-            stream._check_open()
+            s._check_open()
         fp = _fp
         if fp is not None:
-            err = fp.event_record(self._handle, stream._handle)  # compiled: the status back, raised here
+            err = fp.event_record(self._handle, s._handle)  # compiled: the status back, raised here
         else:
-            (err,) = driver.cuEventRecord(self._handle, stream._handle)
+            (err,) = driver.cuEventRecord(self._handle, s._handle)
         if err:
             raise_status(err, "cuEventRecord")
         if _race.ON:
-            _race.recorded(self, stream)
+            _race.recorded(self, s)
 
     def sync(self) -> None:
         """Wait until the work before the last record has finished.
@@ -727,10 +722,3 @@ def _event_destroy(handle: Any) -> None:
     (err,) = driver.cuEventDestroy(handle)
     if err:
         raise_status(err, "cuEventDestroy")
-
-
-def driver_types() -> Any:
-    """The cuda-bindings module whose types (``CUstream``...) handles are made of."""
-    from cuda.bindings import driver as types
-
-    return types

@@ -21,8 +21,9 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from cuguard.errors.lowlevel import Unique, int_argument, is_integer, wrong_kind
 from cuguard.resources import _dlpack
+from cuguard.resources._base import driver_types
 from cuguard.resources._memory import Buffer, PinnedBuffer
-from cuguard.resources._stream import Stream, as_stream, driver_types
+from cuguard.resources._stream import Stream, as_stream
 
 __all__ = [
     "StridedMemoryView",

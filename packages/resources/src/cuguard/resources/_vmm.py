@@ -21,9 +21,10 @@ from typing import Any
 from cuguard.context import Context, call_in
 from cuguard.errors import CUDAError, Transaction, driver, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, int_argument, is_integer, wrong_kind
+from cuguard.resources._base import driver_types
 from cuguard.resources._memory import Buffer
 from cuguard.resources._memres import DeviceBoundResource, stream_argument
-from cuguard.resources._stream import Stream, driver_types
+from cuguard.resources._stream import Stream
 
 __all__ = ["VirtualMemoryResource", "VirtualMemoryResourceOptions"]
 
