@@ -12,7 +12,7 @@ from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, drive
 from cuguard.resources import _race
 from cuguard.resources._base import driver_types
 from cuguard.resources._fast import follow_compiled
-from cuguard.resources._memory import Buffer, PinnedBuffer, new_ordered_buffer
+from cuguard.resources._memory import Buffer, PinnedBuffer, allocate_ordered
 from cuguard.resources._module import Module
 from cuguard.resources._properties import DeviceProperties
 from cuguard.resources._stream import (
@@ -20,10 +20,8 @@ from cuguard.resources._stream import (
     Stream,
     _event_destroy,
     as_stream,
-    capturing_refusal,
     new_event,
     new_stream,
-    refuse_capturing_allocation,
 )
 
 if TYPE_CHECKING:
@@ -81,6 +79,19 @@ def _compiled_changed(ops: Any) -> None:
 
 
 follow_compiled(_compiled_changed)
+
+
+# Whether the race checker is on, kept current by _race.follow: read on every operation as a global of
+# this module (in the compiled build a C flag) instead of an attribute of _race.
+_racing = False
+
+
+def _racing_changed(on: bool) -> None:
+    global _racing
+    _racing = on
+
+
+_race.follow(_racing_changed)
 _DEVICES = "devices"  # driver_state() key: ordinal -> Device (O2)
 _devices_lock = deferring_lock()
 
@@ -416,7 +427,7 @@ class Device:
         :class:`~cuguard.errors.CUDAError`.
         """
         call_in(self.context, _ctx_sync, None)
-        if _race.ON:
+        if _racing:
             _race.context_synced(self.context)
 
     def create_stream(self, obj: Any = None, *, non_blocking: bool = False, priority: int | None = None) -> Stream:
@@ -472,12 +483,12 @@ class Device:
                         context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
                     )
             stream = new_stream(handle, context, self._ordinal)
-            if _race.ON:
+            if _racing:
                 _race.stream_created(stream, bool(non_blocking))
             return stream
         handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
         stream = Stream._make(handle, context, self._ordinal)
-        if _race.ON:
+        if _racing:
             _race.stream_created(stream, bool(non_blocking))
         return stream
 
@@ -579,38 +590,12 @@ class Device:
         if context is None:
             context = self.context
         if stream is not None:
-            # Stream-ordered: the driver allocates from the pool of the stream's
-            # device whatever context is current (seen on an H200, differential
-            # scenario alloc_async_needs_only_the_stream), so no context check
-            # or switch is needed, and the current context is untouched (G2).
+            # Stream-ordered (see allocate_ordered): no context check or switch (G2).
             if type(stream) is not Stream:
                 stream = as_stream(stream, "stream")
             if type(size) is not int or not 0 <= size < SIZE_LIMIT:
                 size = int_argument("size", size)
-            if stream._device != self._ordinal:
-                raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {self!r}")
-            if stream._closed or context._closed or stream._context._closed:
-                stream._check_open()
-                raise context._refusal()
-            # Refused while the stream is being captured: graph memory would be out of the buffer's reach.
-            fp = _fp
-            if fp is not None:
-                # Compiled: the capture query (only for a stream that may be capturing) and the
-                # allocation in one call; the status back, raised here.
-                err, ptr = fp.mem_alloc_async(size, stream._handle, stream._may_capture)
-                if err:
-                    if err == fp.CAPTURING:
-                        raise capturing_refusal(stream)
-                    raise_status(err, ptr)
-            else:
-                refuse_capturing_allocation(stream)
-                err, ptr = driver.cuMemAllocAsync(size, stream._handle)
-                if err:
-                    raise_status(err, "cuMemAllocAsync")
-            buf = new_ordered_buffer(ptr, context, self._ordinal, size, stream)
-            if _race.ON:
-                _race.allocated(buf, stream)  # stream-ordered: a write on that stream (B7)
-            return buf
+            return allocate_ordered(self, context, size, stream)
         return Buffer._allocate(context, self._ordinal, size)
 
     def allocate_pinned(self, size: int) -> PinnedBuffer:

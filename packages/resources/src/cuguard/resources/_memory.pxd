@@ -8,6 +8,12 @@ from cuguard.resources._stream cimport Stream
 
 # The compiled calls while in use (else None): typed, so that its methods are C calls.
 cdef Calls _fp
+# Whether the race checker is on (_race.follow keeps it current).
+cdef bint _racing
+# The owner tables of the captures in progress (_captures._tables): empty while nothing captures.
+cdef dict _capture_tables
+# The owners of live DLPack exports (_dlpack._owners): empty while nothing is exported.
+cdef dict _dlpack_owners
 
 
 cdef class Buffer(Resource):
@@ -34,4 +40,4 @@ cdef class PinnedBuffer(Resource):
 
 
 @cython.locals(buf=Buffer)
-cpdef new_ordered_buffer(handle, context, device, size, stream)
+cpdef allocate_ordered(device, context, size, Stream stream)

@@ -12,8 +12,10 @@ from cuguard.errors import CUDAError, driver, raise_status
 from cuguard.errors.lowlevel import in_driver_callback, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _dlpack, _race
 from cuguard.resources._base import Resource, driver_types
+from cuguard.resources._captures import _tables as _capture_tables  # never rebound: read on each operation
+from cuguard.resources._dlpack import _owners as _dlpack_owners  # never rebound: read on each close
 from cuguard.resources._fast import follow_compiled
-from cuguard.resources._stream import Stream, as_stream
+from cuguard.resources._stream import Stream, as_stream, capturing_refusal, refuse_capturing_allocation
 
 if TYPE_CHECKING:
     from cuguard.resources._ipc import IPCBufferDescriptor
@@ -32,6 +34,19 @@ def _compiled_changed(ops: Any) -> None:
 
 
 follow_compiled(_compiled_changed)
+
+
+# Whether the race checker is on, kept current by _race.follow: read on every operation as a global of
+# this module (in the compiled build a C flag) instead of an attribute of _race.
+_racing = False
+
+
+def _racing_changed(on: bool) -> None:
+    global _racing
+    _racing = on
+
+
+_race.follow(_racing_changed)
 
 
 # --- driver steps (run inside the owning context) ----------------------------------------
@@ -220,7 +235,7 @@ class Buffer(Resource):
         self._release_deferred = False
         self._lender = lender
         self._mr = None
-        if _race.ON and owned:
+        if _racing and owned:
             _race.allocated(self, None)  # new memory: what the checker knew of these addresses is gone (B7)
         return self
 
@@ -443,7 +458,7 @@ class Buffer(Resource):
         if self._context._closed:
             self._context_gone()
             return
-        if _dlpack._owners and _dlpack.exported(self):
+        if _dlpack_owners and _dlpack.exported(self):
             raise BufferError(f"{self!r} has a live DLPack export; delete the consumer's tensor before closing")
         if not self._owned:
             self._closed = True
@@ -485,7 +500,7 @@ class Buffer(Resource):
                     return
                 if err:
                     self._release_failed(err, "cuMemFreeAsync")
-                if _race.ON:
+                if _racing:
                     _race.freed(self, free_on, "cuMemFreeAsync")  # a write on that stream (B7)
                 return
         if in_driver_callback() or _capture_wait(self, stream):
@@ -496,14 +511,14 @@ class Buffer(Resource):
             status, call = mr._release_buffer(self, stream, True)
             if status:
                 self._release_failed(status, call)
-            if _race.ON:
+            if _racing:
                 _race.freed(self, stream, call)
             return
         if stream is not None and not stream._closed:
             (err,) = driver.cuMemFreeAsync(self._handle, stream._handle)
             if err:
                 self._release_failed(err, "cuMemFreeAsync")
-            if _race.ON:
+            if _racing:
                 _race.freed(self, stream, "cuMemFreeAsync")
             return
         status, call = self._release(True)
@@ -521,7 +536,7 @@ class Buffer(Resource):
         return stream is not None and stream._closed  # _sync_then_free
 
     def _release(self, raising: bool) -> tuple[Any, str]:
-        if _race.ON:
+        if _racing:
             _race.freed(self, None, "")  # not checked here: the checker forgets the memory (B7)
         asked = _free_streams.pop(id(self), None) if _free_streams else None
         if asked is not None and asked._closed:
@@ -573,9 +588,9 @@ class Buffer(Resource):
                 (err,) = driver.cuMemcpyHtoDAsync(self._handle, host, size, stream._handle)
             if err:
                 raise_status(err, "cuMemcpyHtoDAsync")
-            if _captures._tables:
+            if _capture_tables:
                 _note_captured(stream, self, src)
-            if _race.ON:
+            if _racing:
                 _race.copied(self, src, stream, "cuMemcpyHtoDAsync")
             return
         if stream is not None and type(stream) is not Stream:
@@ -594,7 +609,7 @@ class Buffer(Resource):
                 done = (err, "cuMemcpyHtoD") if err else 0
             if done:
                 raise_status(*done)
-            if _race.ON:
+            if _racing:
                 _race.copied(self, src, None, "cuMemcpyHtoD", self._context)
             return
         if isinstance(src, Buffer):
@@ -614,9 +629,9 @@ class Buffer(Resource):
             call = "cuMemcpyHtoDAsync"
         if err:
             raise_status(err, call)
-        if stream is not None and _captures._tables:
+        if stream is not None and _capture_tables:
             _note_captured(stream, self, src)
-        if _race.ON:
+        if _racing:
             _race.copied(self, src, stream, call, self._context)
 
     def copy_to(self, dst: Any, stream: Stream | None = None) -> None:
@@ -647,7 +662,7 @@ class Buffer(Resource):
             if done != -1:
                 if done:
                     raise_status(*done)
-                if _race.ON:
+                if _racing:
                     _race.copied(dst, self, None, "cuMemcpyDtoH", self._context)
                 return
             (err,) = call_in(self._context, driver.cuMemcpyDtoH, None, host, src, self._size)
@@ -660,9 +675,9 @@ class Buffer(Resource):
             call = "cuMemcpyDtoHAsync"
         if err:
             raise_status(err, call)
-        if stream is not None and _captures._tables:
+        if stream is not None and _capture_tables:
             _note_captured(stream, dst, self)
-        if _race.ON:
+        if _racing:
             _race.copied(dst, self, stream, call, self._context)
 
     def fill(self, value: int, stream: Stream | None = None) -> None:
@@ -686,9 +701,9 @@ class Buffer(Resource):
             call = "cuMemsetD8Async"
         if err:
             raise_status(err, call)
-        if stream is not None and _captures._tables:
+        if stream is not None and _capture_tables:
             _note_captured(stream, self)
-        if _race.ON:
+        if _racing:
             _race.filled(self, stream, call)
 
     @property
@@ -783,23 +798,51 @@ def _copy_pinned(dst: PinnedBuffer, src: PinnedBuffer, stream: Any) -> None:
         call = "cuMemcpyAsync"
     if err:
         raise_status(err, call)
-    if _race.ON:
+    if _racing:
         _race.copied(dst, src, stream, call, dst._context)  # B7
-    if stream is not None and _captures._tables:
+    if stream is not None and _capture_tables:
         _note_captured(stream, dst, src)
 
 
-def new_ordered_buffer(handle: Any, context: Context, device: int, size: int, stream: Stream) -> Buffer:
-    """A new open, owned :class:`Buffer` of ``size`` bytes just allocated ordered on ``stream``.
+def allocate_ordered(device: Any, context: Context, size: int, stream: Stream) -> Buffer:
+    """``Device.allocate(size, stream=stream)`` once its arguments are checked: a new :class:`Buffer`.
 
-    The hot path's factory (``Device.allocate(size, stream=...)``): it will be freed on ``stream``.
-    In the compiled build its fields are set as C slots (``_memory.pxd``).
+    ``device`` is the :class:`Device` (of ``context``), ``size`` an int in range, ``stream`` a
+    :class:`Stream`. Stream-ordered: the driver allocates from the pool of the stream's device
+    whatever context is current (seen on an H200, differential scenario
+    alloc_async_needs_only_the_stream), so no context check or switch is needed, and the current
+    context is untouched (G2). Raises ``ValueError`` for a stream of another device,
+    ``ResourceClosedError`` for a closed stream or device context, ``RuntimeError`` while the stream
+    is being captured (graph memory would be out of the buffer's reach) and
+    :class:`~cuguard.errors.CUDAError` if the driver refuses; nothing is allocated then. The buffer
+    will be freed on ``stream``. In the compiled build ``stream`` and the buffer are typed (their
+    fields C slots, ``_memory.pxd``).
     """
+    ordinal = device._ordinal
+    if stream._device != ordinal:
+        raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {device!r}")
+    if stream._closed or context._closed or stream._context._closed:
+        stream._check_open()
+        raise context._refusal()
+    fp = _fp
+    if fp is not None:
+        # Compiled: the capture query (only for a stream that may be capturing) and the
+        # allocation in one call; the status back, raised here.
+        err, ptr = fp.mem_alloc_async(size, stream._handle, stream._may_capture)
+        if err:
+            if err == fp.CAPTURING:
+                raise capturing_refusal(stream)
+            raise_status(err, ptr)
+    else:
+        refuse_capturing_allocation(stream)  # a capturing stream is refused before the allocator is asked
+        err, ptr = driver.cuMemAllocAsync(size, stream._handle)
+        if err:
+            raise_status(err, "cuMemAllocAsync")
     buf = Buffer.__new__(Buffer)
-    buf._handle = handle
+    buf._handle = ptr
     buf._context = context
     buf._owned = True
-    buf._device = device
+    buf._device = ordinal
     buf._size = size
     buf._stream = stream
     buf._graph_used = False
@@ -807,6 +850,8 @@ def new_ordered_buffer(handle: Any, context: Context, device: int, size: int, st
     buf._lender = None
     buf._mr = None
     buf._closed = False
+    if _racing:
+        _race.allocated(buf, stream)  # stream-ordered: a write on that stream (B7)
     return buf
 
 
@@ -841,7 +886,7 @@ class PinnedBuffer(Resource):
         self._graph_used = False
         self._release_deferred = False
         self._mr = None
-        if _race.ON:
+        if _racing:
             _race.allocated(self, None)
         return self
 
@@ -855,7 +900,7 @@ class PinnedBuffer(Resource):
         self._graph_used = False
         self._release_deferred = False
         self._mr = None
-        if _race.ON:
+        if _racing:
             _race.allocated(self, None)
         return self
 
@@ -891,7 +936,7 @@ class PinnedBuffer(Resource):
         raw._cuguard_owner = self  # the view's base keeps this buffer alive
         self._views = [ref for ref in self._views if ref() is not None] + [weakref.ref(raw)]
         view = np.frombuffer(raw, dtype=dtype)
-        if _race.ON:
+        if _racing:
             _race.host_view(self, "PinnedBuffer.numpy")  # a host access, made now (B7)
         return view
 
@@ -954,7 +999,7 @@ class PinnedBuffer(Resource):
         if not self._closed:
             if any(ref() is not None for ref in self._views):
                 raise BufferError(f"{self!r} still has live NumPy views; delete them before closing")
-            if _dlpack._owners and _dlpack.exported(self):
+            if _dlpack_owners and _dlpack.exported(self):
                 raise BufferError(f"{self!r} has a live DLPack export; delete the consumer's tensor before closing")
             if self._graph_used and not self._context._closed and _in_use(self):
                 self._release_deferred = True  # freed when the graph lets go of it (W5)
@@ -970,7 +1015,7 @@ class PinnedBuffer(Resource):
                     status, call = mr._release_buffer(self, stream, True)
                     if status:
                         self._release_failed(status, call)
-                    if _race.ON:
+                    if _racing:
                         _race.freed(self, stream, call)
                     return
         super().close()
@@ -983,7 +1028,7 @@ class PinnedBuffer(Resource):
         return mr is not None and mr._free_syncs_context(self)
 
     def _release(self, raising: bool) -> tuple[Any, str]:
-        if _race.ON:
+        if _racing:
             _race.freed(self, None, "")
         mr = self._mr
         if mr is not None:
@@ -1018,6 +1063,6 @@ class PinnedBuffer(Resource):
             raise BufferError(f"cannot export to device {dl_device}; pinned memory is on {(_dlpack.KDL_CUDA_HOST, 0)}")
         versioned = max_version is not None and next(iter(max_version)) >= 1
         capsule = _dlpack.export(self, address, self._size, _dlpack.KDL_CUDA_HOST, 0, versioned=versioned)
-        if _race.ON:
+        if _racing:
             _race.host_view(self, "PinnedBuffer.__dlpack__")  # a host access, made now (B7)
         return capsule

@@ -25,6 +25,7 @@ from cuguard.errors.lowlevel import (
 )
 from cuguard.resources import _captures, _race
 from cuguard.resources._base import Resource
+from cuguard.resources._captures import _tables as _capture_tables  # never rebound: read on each operation
 from cuguard.resources._fast import follow_compiled
 from cuguard.resources._launch import KernelAttributes, KernelOccupancy, launch_ex
 from cuguard.resources._memory import Buffer, PinnedBuffer
@@ -45,6 +46,19 @@ def _compiled_changed(ops: Any) -> None:
 
 
 follow_compiled(_compiled_changed)
+
+
+# Whether the race checker is on, kept current by _race.follow: read on every operation as a global of
+# this module (in the compiled build a C flag) instead of an attribute of _race.
+_racing = False
+
+
+def _racing_changed(on: bool) -> None:
+    global _racing
+    _racing = on
+
+
+_race.follow(_racing_changed)
 
 
 # --- modules and kernels ------------------------------------------------------------
@@ -584,12 +598,12 @@ def launch(
         del keep  # the driver copied the arguments
         if err:
             raise_status(err, "cuLaunchKernel")
-    if _captures._tables:
+    if _capture_tables:
         owners = _captures.captured_into(stream)
         if owners is not None:  # captured: the graph keeps the kernel and the memory it uses from now on (G6)
             written, read = memory_uses(args, reads)
             _captures.retain(owners, [kernel, module, *written], read)
-    if _race.ON:
+    if _racing:
         call = "cuLaunchKernelEx" if config._ex else "cuLaunchKernel"
         _race.launched(stream, f"{call} ({kernel.name})", args, reads)
     if ATTRIBUTING[0]:

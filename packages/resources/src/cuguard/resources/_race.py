@@ -168,11 +168,27 @@ def _driver_changed(_token: object) -> None:
 on_driver_change(_driver_changed)
 
 
+# Hot modules that keep the flag as a global of their own (follow()).
+_followers: list[Callable[[bool], None]] = []
+
+
+def follow(listener: Callable[[bool], None]) -> None:
+    """Call ``listener(ON)`` now and whenever the checker is turned on or off.
+
+    For the hot modules, which keep the flag as a global of their own (a C flag in the compiled
+    build) instead of reading ``_race.ON`` on every operation.
+    """
+    _followers.append(listener)
+    listener(ON)
+
+
 def _set(on: bool) -> None:
     global ON
     if on != ON:
         _reset()
     ON = on
+    for listener in _followers:
+        listener(on)
 
 
 def read_environment() -> None:

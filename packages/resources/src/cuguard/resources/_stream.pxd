@@ -8,6 +8,8 @@ from cuguard.resources._native cimport Calls
 
 # The compiled calls while in use (else None): typed, so that its methods are C calls.
 cdef Calls _fp
+# Whether the race checker is on (_race.follow keeps it current).
+cdef bint _racing
 
 
 cdef class Stream(Resource):

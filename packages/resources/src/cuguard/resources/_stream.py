@@ -92,6 +92,19 @@ def _compiled_changed(ops: Any) -> None:
 follow_compiled(_compiled_changed)
 
 
+# Whether the race checker is on, kept current by _race.follow: read on every operation as a global of
+# this module (in the compiled build a C flag) instead of an attribute of _race.
+_racing = False
+
+
+def _racing_changed(on: bool) -> None:
+    global _racing
+    _racing = on
+
+
+_race.follow(_racing_changed)
+
+
 # --- streams -----------------------------------------------------------------------
 
 
@@ -260,7 +273,7 @@ class Stream(Resource):
             (err,) = driver.cuStreamSynchronize(handle)
         if err:
             raise_status(err, "cuStreamSynchronize")
-        if _race.ON:
+        if _racing:
             _race.stream_synced(self)
         if _captures._waiting:
             _captures.release_waiting()  # frees that waited for a capture begun elsewhere (G6)
@@ -270,7 +283,7 @@ class Stream(Resource):
         handle = self.handle
         (err,) = driver.cuStreamQuery(handle)
         if not err:
-            if _race.ON:
+            if _racing:
                 _race.stream_synced(self)
             return True
         if int(err) == 600:  # CUDA_ERROR_NOT_READY
@@ -291,7 +304,7 @@ class Stream(Resource):
             (err,) = driver.cuStreamWaitEvent(handle, other._handle, 0)
             if err:
                 raise_status(err, "cuStreamWaitEvent")
-            if _race.ON:
+            if _racing:
                 _race.waited(self, other)
             return
         if not isinstance(other, Stream):
@@ -306,7 +319,7 @@ class Stream(Resource):
             (err,) = driver.cuStreamWaitEvent(handle, event._handle, 0)
             if err:
                 raise_status(err, "cuStreamWaitEvent")
-            if _race.ON:
+            if _racing:
                 _race.waited(self, event)
 
     def record(self, event: Event | None = None) -> Event:
@@ -352,7 +365,7 @@ class Stream(Resource):
                 f"{self!r} is being captured into a graph: a host function launched on it would run only once "
                 "(cuda-bindings frees its data after the first call); use GraphBuilder.callback() instead"
             )
-        if _race.ON:
+        if _racing:
             fn = _race.host_func(self, fn)  # runs as a step of this stream (B7)
         token = next(_tokens)
         with _pending_lock:
@@ -556,7 +569,7 @@ class Event(Resource):
             (err,) = driver.cuEventRecord(self._handle, s._handle)
         if err:
             raise_status(err, "cuEventRecord")
-        if _race.ON:
+        if _racing:
             _race.recorded(self, s)
 
     def sync(self) -> None:
@@ -570,7 +583,7 @@ class Event(Resource):
         (err,) = driver.cuEventSynchronize(self._handle)
         if err:
             raise_status(err, "cuEventSynchronize")
-        if _race.ON:
+        if _racing:
             _race.event_synced(self)
 
     def query(self) -> bool:
@@ -583,7 +596,7 @@ class Event(Resource):
         else:
             (err,) = driver.cuEventQuery(self._handle)
         if not err:
-            if _race.ON:
+            if _racing:
                 _race.event_synced(self)
             return True
         if int(err) == 600:  # CUDA_ERROR_NOT_READY
