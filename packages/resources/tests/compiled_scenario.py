@@ -329,13 +329,39 @@ def main(argv: list[str] | None = None) -> int:
             stub.stub_fail(b"cuGraphLaunch", 1)
             refused("cuGraphLaunch failure raised", lambda: exe3.launch(s2), CUDAError, lambda exc: exc.code == 1)
             exe3.launch(s2)  # still usable
-            stub.stub_fail(b"cuGraphExecDestroy", 1)
+            mode = "cuThreadExchangeStreamCaptureMode"
+            stub.stub_fail(mode.encode(), 1)
             refused(
-                "cuGraphExecDestroy failure raised, graph leaked",
+                "a refused switch to relaxed mode raised, nothing destroyed",
                 exe3.close,
                 CUDAError,
-                lambda exc: exc.call == "cuGraphExecDestroy" and exe3.closed,
+                lambda exc: exc.call == mode and not exe3.closed and int(stub.stub_capture_mode()) == 0,
             )
+            exe3.launch(s2)  # still usable
+            stub.stub_fail(b"cuGraphExecDestroy", 1)
+            refused(
+                "cuGraphExecDestroy failure raised, graph leaked, the thread's mode restored",
+                exe3.close,
+                CUDAError,
+                lambda exc: exc.call == "cuGraphExecDestroy" and exe3.closed and int(stub.stub_capture_mode()) == 0,
+            )
+            exe4 = failing.instantiate()
+            n = live()
+            stub.stub_fail_later(mode.encode(), 1, 1)  # the restore
+            refused(
+                "a refused restore after the destroy raised, the thread stays relaxed",
+                exe4.close,
+                CUDAError,
+                lambda exc: (
+                    exc.call == mode
+                    and "relaxed" in str(exc)
+                    and exe4.closed
+                    and live() == n - 1
+                    and int(stub.stub_capture_mode()) == 2
+                ),
+            )
+            global_mode = ctypes.c_int(0)
+            stub.cuThreadExchangeStreamCaptureMode(ctypes.byref(global_mode))  # the thread's mode back
             failing.close()
         s2.close()
 

@@ -114,7 +114,14 @@ CUresult cuStreamIsCapturing(ptr_t s, int *status) {
     return OK;
 }
 static int capture_mode;
-CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = capture_mode; capture_mode = *mode; *mode = old; return OK; }
+int stub_capture_mode(void) { return capture_mode; }
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    FAIL("cuThreadExchangeStreamCaptureMode");
+    int old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return OK;
+}
 CUresult cuStreamGetFlags(ptr_t s, unsigned int *flags) { *flags = 0; return OK; }
 CUresult cuStreamWaitEvent(ptr_t s, ptr_t e, unsigned int flags) { return OK; }
 CUresult cuStreamGetCtx(ptr_t s, ptr_t *ctx) { *ctx = primary_block; return OK; }

@@ -10,6 +10,7 @@ from cuguard.context import Context
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
+    add_failure_note,
     driver,
     driver_token,
     format_handle,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["Graph", "GraphUpdateError"]
 
 _GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+_MODE_CALL = "cuThreadExchangeStreamCaptureMode"
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
@@ -376,18 +378,34 @@ class Graph(_Collected):
             raise ResourceClosedError(
                 f"{self!r} cannot be released: its context {context!r} was closed first; it was leaked"
             )
-        on_own_behalf(self._destroy, None)
+        fp = _fp
+        if fp is None:
+            on_own_behalf(self._destroy, None)
+            return
+        # Compiled: the switch to relaxed mode, the destroy and the restore in one call; their statuses
+        # handled as on_own_behalf handles them.
+        xerr, err, rerr = fp.graph_exec_destroy_relaxed(self._handle)
+        if xerr:
+            raise_status(xerr, _MODE_CALL)  # nothing destroyed: the graph stays usable
+        self._closed = True
+        restore = CUDAError(rerr, _MODE_CALL, "the thread stays in relaxed capture mode") if rerr else None
+        if err:
+            failure = self._leaked(err)
+            if restore is not None:
+                add_failure_note(failure, restore)
+            raise failure
+        if restore is not None:
+            raise restore
 
     def _destroy(self) -> None:
         """``cuGraphExecDestroy``; the graph counts as closed from the call on (a refusal leaks it, W5)."""
         self._closed = True
-        fp = _fp
-        if fp is not None:
-            err = fp.graph_exec_destroy(self._handle)  # compiled: the status back, raised here
-        else:
-            (err,) = driver.cuGraphExecDestroy(self._handle)
+        (err,) = driver.cuGraphExecDestroy(self._handle)
         if err:
-            raise CUDAError(err, "cuGraphExecDestroy", f"executable graph {format_handle(self._int)} was leaked")
+            raise self._leaked(err)
+
+    def _leaked(self, err: Any) -> CUDAError:
+        return CUDAError(err, "cuGraphExecDestroy", f"executable graph {format_handle(self._int)} was leaked")
 
     def _collect(self) -> None:
         """Destroy a collected executable graph; failures are warnings (W1)."""

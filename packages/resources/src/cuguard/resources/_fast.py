@@ -71,7 +71,7 @@ COMPILED_FUNCTIONS = (
     "graph_add_empty",
     "graph_instantiate",
     "graph_launch",
-    "graph_exec_destroy",
+    "graph_exec_destroy_relaxed",
 )
 
 
@@ -104,7 +104,7 @@ class CompiledCalls(Protocol):
     def graph_add_empty(self, graph: Any, dependency: Any, /) -> tuple[int, Any]: ...
     def graph_instantiate(self, context: int | None, graph: Any, flags: int, /) -> tuple[int, Any]: ...
     def graph_launch(self, graph_exec: Any, stream: Any, /) -> int: ...
-    def graph_exec_destroy(self, graph_exec: Any, /) -> int: ...
+    def graph_exec_destroy_relaxed(self, graph_exec: Any, /) -> tuple[int, int, int]: ...
 
 
 def stale(native: Any) -> list[str]:

@@ -24,7 +24,7 @@ cdef class Calls:
     cpdef tuple graph_add_empty(self, object graph, object dependency)
     cpdef tuple graph_instantiate(self, object context, object graph, unsigned long long flags)
     cpdef int graph_launch(self, object graph_exec, object stream) except -1
-    cpdef int graph_exec_destroy(self, object graph_exec) except -1
+    cpdef tuple graph_exec_destroy_relaxed(self, object graph_exec)
     cpdef int memcpy_htod_async(self, object dst, object src, size_t size, object stream) except -1
     cpdef int memcpy_dtoh_async(self, object dst, object src, size_t size, object stream) except -1
     cpdef object memcpy_htod(self, object context, object dst, object src, size_t size)

@@ -54,6 +54,7 @@ ctypedef CUresult (*one_handle_t)(void *) noexcept nogil
 ctypedef CUresult (*set_current_t)(void *) noexcept nogil
 ctypedef CUresult (*two_handles_t)(void *, void *) noexcept nogil
 ctypedef CUresult (*is_capturing_t)(void *, int *) noexcept nogil
+ctypedef CUresult (*exchange_mode_t)(int *) noexcept nogil
 ctypedef CUresult (*mem_alloc_async_t)(CUdeviceptr *, size_t, void *) noexcept nogil
 ctypedef CUresult (*mem_free_async_t)(CUdeviceptr, void *) noexcept nogil
 ctypedef CUresult (*launch_kernel_t)(void *, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
@@ -74,6 +75,7 @@ cdef one_handle_t p_cuEventQuery = NULL
 cdef create_t p_cuStreamCreate = NULL
 cdef one_handle_t p_cuStreamDestroy = NULL
 cdef is_capturing_t p_cuStreamIsCapturing = NULL
+cdef exchange_mode_t p_cuThreadExchangeStreamCaptureMode = NULL
 cdef mem_alloc_async_t p_cuMemAllocAsync = NULL
 cdef mem_free_async_t p_cuMemFreeAsync = NULL
 cdef launch_kernel_t p_cuLaunchKernel = NULL
@@ -93,6 +95,8 @@ cdef bint ready = False
 
 #: ``CU_STREAM_CAPTURE_STATUS_ACTIVE``.
 cdef int CAPTURE_ACTIVE = 1
+#: ``CU_STREAM_CAPTURE_MODE_RELAXED``.
+cdef int MODE_RELAXED = 2
 #: What :meth:`Calls.mem_alloc_async` returns as its status when the stream is being captured (nothing allocated).
 CAPTURING = -2
 
@@ -107,6 +111,7 @@ ENTRY_POINTS = (
     ("cuStreamCreate", "CUresult (CUstream *, unsigned int)"),
     ("cuStreamDestroy", "CUresult (CUstream)"),
     ("cuStreamIsCapturing", "CUresult (CUstream, CUstreamCaptureStatus *)"),
+    ("cuThreadExchangeStreamCaptureMode", "CUresult (CUstreamCaptureMode *)"),
     ("cuMemAllocAsync", "CUresult (CUdeviceptr *, size_t, CUstream)"),
     ("cuMemFreeAsync", "CUresult (CUdeviceptr, CUstream)"),
     (
@@ -205,6 +210,7 @@ def setup(dict capi, graphnode, /):
         return problems
     global p_cuCtxGetCurrent, p_cuCtxSetCurrent, p_cuEventCreate, p_cuEventDestroy, p_cuEventRecord, p_cuEventQuery
     global p_cuStreamCreate, p_cuStreamDestroy, p_cuStreamIsCapturing, p_cuMemAllocAsync, p_cuMemFreeAsync
+    global p_cuThreadExchangeStreamCaptureMode
     global p_cuLaunchKernel, p_cuGraphAddEmptyNode, p_cuGraphInstantiate, p_cuGraphLaunch, p_cuGraphExecDestroy
     global p_cuStreamSynchronize, p_cuMemcpyHtoDAsync, p_cuMemcpyDtoHAsync, p_cuMemcpyHtoD, p_cuMemcpyDtoH
     p_cuCtxGetCurrent = <ctx_get_current_t><uintptr_t>found["cuCtxGetCurrent"]
@@ -216,6 +222,7 @@ def setup(dict capi, graphnode, /):
     p_cuStreamCreate = <create_t><uintptr_t>found["cuStreamCreate"]
     p_cuStreamDestroy = <one_handle_t><uintptr_t>found["cuStreamDestroy"]
     p_cuStreamIsCapturing = <is_capturing_t><uintptr_t>found["cuStreamIsCapturing"]
+    p_cuThreadExchangeStreamCaptureMode = <exchange_mode_t><uintptr_t>found["cuThreadExchangeStreamCaptureMode"]
     p_cuMemAllocAsync = <mem_alloc_async_t><uintptr_t>found["cuMemAllocAsync"]
     p_cuMemFreeAsync = <mem_free_async_t><uintptr_t>found["cuMemFreeAsync"]
     p_cuLaunchKernel = <launch_kernel_t><uintptr_t>found["cuLaunchKernel"]
@@ -380,7 +387,7 @@ CALL_NAMES = (
     "graph_add_empty",
     "graph_instantiate",
     "graph_launch",
-    "graph_exec_destroy",
+    "graph_exec_destroy_relaxed",
     "memcpy_htod_async",
     "memcpy_dtoh_async",
     "memcpy_htod",
@@ -558,10 +565,26 @@ cdef class Calls:
         self.made[14] += 1
         return two_handles(graph_exec, stream, p_cuGraphLaunch)
 
-    cpdef int graph_exec_destroy(self, object graph_exec) except -1:
-        """``cuGraphExecDestroy`` (the GIL released): the status."""
+    cpdef tuple graph_exec_destroy_relaxed(self, object graph_exec):
+        """``cuGraphExecDestroy`` (the GIL released) with the calling thread in relaxed capture mode: switch the
+        mode, destroy, give the thread its mode back (skipped when it was relaxed already). ``(switch status,
+        status, restore status)``: a refused switch runs nothing else."""
         self.made[15] += 1
-        return one_handle(graph_exec, p_cuGraphExecDestroy, True)
+        cdef void *handle
+        cdef int mode = MODE_RELAXED
+        cdef CUresult xerr
+        cdef CUresult err = 0
+        cdef CUresult rerr = 0
+        check_ready()
+        address(graph_exec, &handle)
+        with nogil:
+            xerr = p_cuThreadExchangeStreamCaptureMode(&mode)  # mode: the thread's mode before
+            if xerr == 0:
+                err = p_cuGraphExecDestroy(handle)
+                if mode != MODE_RELAXED:
+                    rerr = p_cuThreadExchangeStreamCaptureMode(&mode)
+        raised(xerr or err or rerr)
+        return (xerr, err, rerr)
 
     cpdef int memcpy_htod_async(self, object dst, object src, size_t size, object stream) except -1:
         """Queue a host-to-device copy (``src``: an address or a buffer) on ``stream``: the status."""
