@@ -71,11 +71,16 @@ def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[
             report(err, "cuThreadExchangeStreamCaptureMode", handle, "the thread stays in relaxed capture mode")
 
 
+_types: list[Any] = []  # cuda.bindings.driver, once imported (no import statement per call)
+
+
 def driver_types() -> Any:
     """The cuda-bindings module whose types (``CUstream``...) handles are made of."""
-    from cuda.bindings import driver as types
+    if not _types:
+        from cuda.bindings import driver as types
 
-    return types
+        _types.append(types)
+    return _types[0]
 
 
 class Resource(Owned):
@@ -124,6 +129,13 @@ class Resource(Owned):
         its context was destroyed, or while its driver is not installed.
         """
         return self._bindings_handle()
+
+    def _address(self) -> int:
+        """The handle as an int (open checked): for what needs only the address, with no conversion to the
+        bindings' type."""
+        if self._closed or self._context._closed:
+            self._check_open()
+        return int(self._handle)
 
     def _bindings_handle(self) -> Any:
         """The handle (open checked), as the bindings' type when the compiled build kept it as an int."""

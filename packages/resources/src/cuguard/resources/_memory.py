@@ -417,9 +417,7 @@ class Buffer(Resource):
     @property
     def ptr(self) -> int:
         """The device address as an int."""
-        if self._closed or self._context._closed:
-            self._check_open()
-        return int(self._handle)
+        return self._address()
 
     def close(self, stream: Any = None) -> None:
         """Free the memory now (see :meth:`Resource.close`). Idempotent.
@@ -818,6 +816,8 @@ def allocate_ordered(device: Any, context: Context, size: int, stream: Stream) -
     will be freed on ``stream``. In the compiled build ``stream`` and the buffer are typed (their
     fields C slots, ``_memory.pxd``).
     """
+    if stream is None:  # the compiled build's typed stream lets None through: refused, never read
+        raise TypeError("stream must be a Stream, not None")
     ordinal = device._ordinal
     if stream._device != ordinal:
         raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {device!r}")

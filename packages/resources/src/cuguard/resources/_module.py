@@ -480,7 +480,7 @@ def pack_args(args: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
             values.append(arg)
             types.append(ctype)
         elif isinstance(arg, Buffer | PinnedBuffer):
-            values.append(int(arg.handle))
+            values.append(arg._address())
             types.append(ctypes.c_void_p)
         elif isinstance(arg, StridedMemoryView):
             if not arg.is_device_accessible:

@@ -229,7 +229,7 @@ class Signature:
                     if not takes_memory:  # memory for a float parameter: the careful path says so
                         values = None
                         break
-                    values.append(int(arg.handle))  # type: ignore[union-attr]
+                    values.append(arg._address())  # type: ignore[union-attr]
                 elif type(arg) is StridedMemoryView:
                     if not takes_memory or not arg.is_device_accessible:  # the careful path says why not
                         values = None
@@ -256,7 +256,7 @@ def _encode(sig: Signature, param: KernelParameter, arg: Any) -> bytes:
     if isinstance(arg, Buffer | PinnedBuffer):
         if size != _POINTER or kind in ("float", "bytes"):
             raise _misfit(sig, param, arg, "memory passes its address, which needs a 64-bit integer parameter")
-        return int(arg.handle).to_bytes(_POINTER, "little")
+        return arg._address().to_bytes(_POINTER, "little")
     if isinstance(arg, StridedMemoryView):
         if size != _POINTER or kind in ("float", "bytes"):
             raise _misfit(sig, param, arg, "a view passes its address, which needs a 64-bit integer parameter")

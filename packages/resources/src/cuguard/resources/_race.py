@@ -184,11 +184,12 @@ def follow(listener: Callable[[bool], None]) -> None:
 
 def _set(on: bool) -> None:
     global ON
-    if on != ON:
-        _reset()
-    ON = on
-    for listener in _followers:
-        listener(on)
+    with _lock:  # the flag and its copies change together: two threads switching it leave them agreeing
+        if on != ON:
+            _reset()
+        ON = on
+        for listener in _followers:
+            listener(on)
 
 
 def read_environment() -> None:

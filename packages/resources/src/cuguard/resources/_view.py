@@ -309,7 +309,7 @@ class StridedMemoryView(Unique):
         """
         if not isinstance(buffer, Buffer | PinnedBuffer):
             raise wrong_kind("buffer", "a Buffer or a PinnedBuffer", buffer)
-        ptr = int(buffer.handle)  # a closed buffer refuses here
+        ptr = buffer._address()  # a closed buffer refuses here
         dims = _shape_argument(shape)
         steps = _strides_argument(strides, len(dims))
         if type(is_readonly) is not bool:

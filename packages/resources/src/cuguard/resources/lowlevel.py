@@ -27,9 +27,9 @@ Kernel arguments: :func:`check_read_only` (a launch's ``read_only``
 positions) and :func:`memory_uses` (the memory of kernel arguments, split
 into written and read).
 
-Hooks: :data:`race`, the race checker's module (its flag ``race.ON`` is the
-one check on every hot path; ``race.graph_launched`` records a graph's
-launch); :func:`follow_compiled`, the compiled build's driver calls as they
+Hooks: :data:`race`, the race checker's module (its flag ``race.ON``, which
+the hot modules keep as a global of their own through ``race.follow``;
+``race.graph_launched`` records a graph's launch); :func:`follow_compiled`, the compiled build's driver calls as they
 come and go.
 
 The compiled build (:data:`cuguard.resources.compiled`): :func:`compiled_status`
