@@ -119,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     event.record(stream)
     done = event.query()
     buf = dev.allocate(256, stream=stream)
+    # The compiled build keeps the handles it makes as ints; `handle` gives the bindings' types.
+    kinds = {name: type(made.handle).__name__ for name, made in (("stream", stream), ("event", event), ("buffer", buf))}
+    wanted = {"stream": "CUstream", "event": "CUevent", "buffer": "CUdeviceptr"}
+    check("handles are the bindings' types", kinds == wanted, kinds)
+    check("a buffer's ptr is its handle's address", buf.ptr == int(buf.handle), (buf.ptr, int(buf.handle)))
     buf.close()
     launch(stream, LaunchConfig(grid=1, block=1), kernel)
     if graphs:
