@@ -93,6 +93,21 @@ def test_racecheck_block_turns_on_and_restores(device: Device) -> None:
         pass
 
 
+def test_the_hot_modules_copies_of_the_flag_follow_it(device: Device) -> None:
+    """A follower (as each hot module keeps the flag) gets the flag at once and every change after, in order."""
+    from cuguard.resources.lowlevel import race
+
+    seen: list[bool] = []
+    race.follow(seen.append)
+    assert seen == [racecheck_enabled()]
+    with racecheck(True):
+        assert seen[-1] is True
+        with racecheck(False):
+            assert seen[-1] is False
+        assert seen[-1] is True
+    assert seen[-1] is racecheck_enabled()
+
+
 def test_race_warning_is_a_cuda_warning() -> None:
     assert issubclass(RaceWarning, CUDAWarning)
 
