@@ -10,7 +10,6 @@ from cuguard.context import Context
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
-    add_failure_note,
     driver,
     driver_token,
     format_handle,
@@ -32,7 +31,15 @@ from cuguard.resources import (
     as_stream,
     wait_attributed,
 )
-from cuguard.resources.lowlevel import follow_compiled, on_own_behalf, race, retain, split_written, unprohibited
+from cuguard.resources.lowlevel import (
+    follow_compiled,
+    on_own_behalf,
+    race,
+    relaxed_failed,
+    retain,
+    split_written,
+    unprohibited,
+)
 
 if TYPE_CHECKING:
     from cuguard.graphs._definition import GraphDefinition
@@ -41,7 +48,6 @@ if TYPE_CHECKING:
 __all__ = ["Graph", "GraphUpdateError"]
 
 _GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
-_MODE_CALL = "cuThreadExchangeStreamCaptureMode"
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
@@ -382,20 +388,13 @@ class Graph(_Collected):
         if fp is None:
             on_own_behalf(self._destroy, None)
             return
-        # Compiled: the switch to relaxed mode, the destroy and the restore in one call; their statuses
-        # handled as on_own_behalf handles them.
+        # Compiled: the switch to relaxed mode, the destroy and the restore in one call; their failures
+        # raised as on_own_behalf raises them.
         xerr, err, rerr = fp.graph_exec_destroy_relaxed(self._handle)
-        if xerr:
-            raise_status(xerr, _MODE_CALL)  # nothing destroyed: the graph stays usable
-        self._closed = True
-        restore = CUDAError(rerr, _MODE_CALL, "the thread stays in relaxed capture mode") if rerr else None
-        if err:
-            failure = self._leaked(err)
-            if restore is not None:
-                add_failure_note(failure, restore)
-            raise failure
-        if restore is not None:
-            raise restore
+        if not xerr:
+            self._closed = True  # destroyed, or refused and leaked (W5): never destroyed again
+        if xerr or err or rerr:
+            relaxed_failed(xerr, err, rerr, self._leaked)
 
     def _destroy(self) -> None:
         """``cuGraphExecDestroy``; the graph counts as closed from the call on (a refusal leaks it, W5)."""

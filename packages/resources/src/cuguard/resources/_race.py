@@ -178,8 +178,9 @@ def follow(listener: Callable[[bool], None]) -> None:
     For the hot modules, which keep the flag as a global of their own (a C flag in the compiled
     build) instead of reading ``_race.ON`` on every operation.
     """
-    _followers.append(listener)
-    listener(ON)
+    with _lock:  # no switch of the flag between the first call and the registration
+        _followers.append(listener)
+        listener(ON)
 
 
 def _set(on: bool) -> None:

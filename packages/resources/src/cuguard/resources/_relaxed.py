@@ -18,17 +18,19 @@ keeps CUDA's rule.
 
 - :func:`relax` and :func:`restore`: the two exchanges, as statuses (for
   releases, which report instead of raising);
-- :func:`on_own_behalf`: run a step relaxed in an ordinary call, which raises.
+- :func:`on_own_behalf`: run a step relaxed in an ordinary call, which raises;
+- :func:`relaxed_failed`: the same failures, raised from the three statuses of a
+  compiled call that makes the switch, the step and the restore itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from cuguard.errors import CUDAError, add_failure_note, driver, raise_status
 
-__all__ = ["on_own_behalf", "relax", "restore"]
+__all__ = ["on_own_behalf", "relax", "relaxed_failed", "restore"]
 
 _CALL = "cuThreadExchangeStreamCaptureMode"
 _RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
@@ -90,3 +92,25 @@ def on_own_behalf(fn: Callable[..., T], undo: Callable[[T], object] | None, *arg
                 add_failure_note(failure, undo_failure)
         raise failure
     return result
+
+
+def relaxed_failed(switch: Any, status: Any, restored: Any, failed: Callable[[Any], CUDAError]) -> NoReturn:
+    """Raise what :func:`on_own_behalf` raises, from the statuses of a compiled call that switched to relaxed
+    mode (``switch``), made the step (``status``; ``failed(status)`` is its error) and restored the mode
+    (``restored``). For a caller that found one of them non-zero.
+
+    A refused switch raises :class:`~cuguard.errors.CUDAError` naming ``cuThreadExchangeStreamCaptureMode``
+    (the step did not run); a failed step raises ``failed(status)``, a refused restore a note on it (G4); a
+    refused restore after a successful step raises saying that the thread stays in relaxed capture mode.
+    """
+    if switch:
+        raise_status(switch, _CALL)
+    restore = CUDAError(restored, _CALL, "the thread stays in relaxed capture mode") if restored else None
+    if status:
+        failure = failed(status)
+        if restore is not None:
+            add_failure_note(failure, restore)
+        raise failure
+    if restore is None:
+        raise RuntimeError("relaxed_failed() was called with three zero statuses")
+    raise restore

@@ -21,7 +21,9 @@ Captures (G6, W5): what a capture's work uses, and the releases that wait for it
   now (a graph that may still run uses it); :func:`graph_let_go`: a graph or
   capture let go of objects (memory closed meanwhile is freed now).
 - :func:`unprohibited` and :func:`on_own_behalf`: run a release, or one of
-  cuguard's own set-up steps, with the thread in relaxed capture mode.
+  cuguard's own set-up steps, with the thread in relaxed capture mode;
+  :func:`relaxed_failed` raises on_own_behalf's failures from the statuses of a
+  compiled call that makes the switch, the step and the restore itself.
 
 Kernel arguments: :func:`check_read_only` (a launch's ``read_only``
 positions) and :func:`memory_uses` (the memory of kernel arguments, split
@@ -58,7 +60,7 @@ from cuguard.resources._captures import (
 )
 from cuguard.resources._fast import compiled_status, follow_compiled, use_compiled
 from cuguard.resources._memory import graph_let_go
-from cuguard.resources._relaxed import on_own_behalf
+from cuguard.resources._relaxed import on_own_behalf, relaxed_failed
 from cuguard.resources._view import check_read_only, memory_uses
 
 __all__ = [
@@ -74,6 +76,7 @@ __all__ = [
     "graph_let_go",
     "memory_uses",
     "on_own_behalf",
+    "relaxed_failed",
     "race",
     "retain",
     "split_written",
