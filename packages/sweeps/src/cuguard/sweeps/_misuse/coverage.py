@@ -143,6 +143,12 @@ COVERAGE: dict[str, str] = {
         "resources.compiled_status",
     ),
     **_rows(
+        "raises on_own_behalf's failures from three statuses of a compiled call: no driver call and no object; "
+        "proven by its own tests and the compiled scenario on the no-op driver (the simulator never runs the "
+        "compiled call)",
+        "resources.relaxed_failed",
+    ),
+    **_rows(
         "a step of cuguard's own operations (their switch, relaxed-mode or argument path), drawn through them",
         "context.call_switched",
         "context.call_switched_by",
