@@ -5,7 +5,7 @@
 # pure-Python build alone (CUGUARD_PURE_PYTHON=1: the extension is not loaded).
 #
 # Needs the compiled modules built in place for that machine's Python (with Cython, setuptools and
-# hatchling installed for that Python: `python hatch_build.py` in packages/errors, then in
+# hatchling installed for that Python: `python hatch_build.py` in packages/errors, then in packages/context, then in
 # packages/resources; no CUDA headers needed). Writes six files under $OUT:
 #   compiled-scenario-gpu.json / .txt     packages/resources/tests/compiled_scenario.py on the real driver
 #   overhead-gpu-compiled-quick.json/.txt python, compiled and cuda.core variants, ratios to raw in one run

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-import cuguard.context._context as context_module
+import cuguard.context.contexts as context_module
 import cuguard.errors._locks as locks
 from cuguard.context import Context
 from cuguard.errors import flush_deferred

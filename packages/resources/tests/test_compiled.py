@@ -195,36 +195,61 @@ def test_an_error_the_bindings_raise_is_not_a_status() -> None:
         assert outcome != 0
 
 
-def test_compiled_classes_refuse_the_pure_owners() -> None:
-    """The compiled classes derive from the compiled ``Owned``: over the pure-Python one they refuse to load (O1).
-
-    A mixed install (the compiled resources layer over the pure-Python errors layer) would lay the
-    compiled classes out on a base of another layout; importing it raises ``ImportError`` instead.
-    """
-    from cuguard.resources import _base
-
-    if _base.__file__ is None or _base.__file__.endswith(".py"):
-        if REQUIRED:
-            pytest.fail("the compiled build is required here, but cuguard.resources._base is pure Python")
-        pytest.skip("the pure-Python build of the resources layer: nothing to refuse")
+def _import_over_pure(module: str, source: str, imported: str) -> str:
+    """Import ``imported`` in a new interpreter where ``module`` is its pure-Python source (``source``, a file
+    of the package ``module`` lives in); what ``ImportError`` said (``refused: ...``), else nothing."""
+    package = module.rpartition(".")[0]
     code = (
-        "import importlib.machinery, importlib.util, pathlib, sys\n"
+        "import importlib, importlib.machinery, importlib.util, pathlib, sys\n"
         "import cuguard\n"
-        "package = importlib.machinery.PathFinder.find_spec('cuguard.errors', cuguard.__path__)\n"
-        "source = pathlib.Path(package.submodule_search_locations[0]) / 'owners.py'\n"
-        "class PureOwners:\n"
+        f"package = importlib.machinery.PathFinder.find_spec({package!r}, cuguard.__path__)\n"
+        f"source = pathlib.Path(package.submodule_search_locations[0]) / {source!r}\n"
+        "class PureSource:\n"
         "    @staticmethod\n"
         "    def find_spec(name, path=None, target=None):\n"
-        "        if name == 'cuguard.errors.owners':\n"
+        f"        if name == {module!r}:\n"
         "            return importlib.util.spec_from_file_location(name, source)\n"
         "        return None\n"
-        "sys.meta_path.insert(0, PureOwners)\n"
-        "import cuguard.errors\n"
-        "assert not cuguard.errors.compiled, 'the pure owners did not load'\n"
+        "sys.meta_path.insert(0, PureSource)\n"
+        f"loaded = importlib.import_module({module!r})\n"
+        "assert loaded.__file__.endswith('.py'), 'the pure module did not load'\n"
         "try:\n"
-        "    import cuguard.resources\n"
+        f"    importlib.import_module({imported!r})\n"
         "except ImportError as exc:\n"
         "    print('refused:', exc)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.startswith("refused: cuguard-resources is the compiled build"), out
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def _require_compiled(module: Any) -> None:
+    if module.__file__ is None or module.__file__.endswith(".py"):
+        if REQUIRED:
+            pytest.fail(f"the compiled build is required here, but {module.__name__} is pure Python")
+        pytest.skip(f"the pure-Python build of {module.__name__}: nothing to refuse")
+
+
+def test_compiled_classes_refuse_the_pure_owners() -> None:
+    """The compiled classes derive from the compiled ``Owned``: over the pure-Python one they refuse to load (O1).
+
+    A mixed install (a compiled layer over the pure-Python errors layer) would lay the compiled
+    classes out on a base of another layout; importing it raises ``ImportError`` instead, naming the
+    first compiled layer that meets it (the context layer's ``Context`` derives from ``Unique``).
+    """
+    from cuguard.resources import _base
+
+    _require_compiled(_base)
+    out = _import_over_pure("cuguard.errors.owners", "owners.py", "cuguard.resources")
+    assert out.startswith("refused: cuguard-"), out
+    assert "is the compiled build but cuguard-errors is the pure-Python one" in out, out
+
+
+def test_compiled_resources_refuse_the_pure_context() -> None:
+    """The compiled resources read the compiled ``Context``'s fields as C slots: over the pure-Python
+    context layer they refuse to load, naming it (O1)."""
+    from cuguard.resources import _base
+
+    _require_compiled(_base)
+    out = _import_over_pure("cuguard.context.contexts", "contexts.py", "cuguard.resources")
+    assert out.startswith(
+        "refused: cuguard-resources is the compiled build but cuguard-context is the pure-Python one"
+    ), out

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from cuguard.context._context import Context, _synchronized, call_switched, call_switched_by
+from cuguard.context.contexts import Context, _synchronized, call_switched, call_switched_by
 
 __all__ = ["CONTEXT_FIELDS", "call_switched", "call_switched_by", "on_synchronized"]
 

@@ -1,5 +1,9 @@
-# The compiled build of _device.py (Cython's pure-Python mode): the module is compiled whole (Device stays
-# a Python class: one object per ordinal, made in __new__).
+# The compiled build of _device.py (Cython's pure-Python mode): the module is compiled whole. Device stays a
+# Python class (one object per ordinal, made in __new__) on a compiled base, DeviceFields, whose fields are
+# C slots; the hot paths take the device typed as that base, and its context typed.
+cimport cython
+
+from cuguard.context.contexts cimport Context
 from cuguard.resources._native cimport Calls
 
 # The compiled calls while in use (else None): typed, so that its methods are C calls.
@@ -10,3 +14,23 @@ cdef bint _racing
 # The hot paths' factories, called in C.
 from cuguard.resources._memory cimport allocate_ordered
 from cuguard.resources._stream cimport new_event, new_stream
+
+
+cdef class DeviceFields:
+    cdef public object _context
+    cdef public object _default_mr
+    cdef public object _driver
+    cdef public object _handle
+    cdef public object _memory_resource
+    cdef public object _ordinal
+    cdef public object _properties
+
+
+@cython.locals(context=Context)
+cpdef stream_on(DeviceFields device, flags, priority)
+
+@cython.locals(context=Context)
+cpdef event_on(DeviceFields device, timing)
+
+@cython.locals(context=Context)
+cpdef allocate_on(DeviceFields device, size, stream)

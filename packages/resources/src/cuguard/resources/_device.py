@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from cuguard.context import Context, call_in, init_driver
+from cuguard.context import call_in, init_driver
+from cuguard.context.contexts import Context  # from its defining module: the compiled build types contexts with it
 from cuguard.context.lowlevel import call_switched, call_switched_by
 from cuguard.errors import ResourceClosedError, driver, driver_token, raise_status
 from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, driver_state, int_argument, wrong_kind
@@ -114,7 +115,26 @@ def _current_ordinal() -> int:
 _PCI_BUS_ID_LENGTH = 64
 
 
-class Device:
+class DeviceFields:
+    """The fields of a :class:`Device`, its base class (not made on its own).
+
+    In the compiled build this is a compiled class whose fields are C slots, so that the hot paths
+    (:func:`event_on`, :func:`stream_on`, stream-ordered allocation) read them without a lookup;
+    ``Device`` stays a Python class for its one-object-per-ordinal ``__new__``.
+    """
+
+    __slots__ = ("_context", "_default_mr", "_driver", "_handle", "_memory_resource", "_ordinal", "_properties")
+
+    _ordinal: int
+    _handle: Any
+    _context: Context | None
+    _driver: Any
+    _properties: DeviceProperties | None
+    _memory_resource: MemoryResource[Any] | None  # the one set by the program, which allocate() then uses
+    _default_mr: DeviceMemoryResource | None  # the device's default resource, made on first read
+
+
+class Device(DeviceFields):
     """A CUDA device, by ordinal: one object per ordinal per installed driver (O2).
 
     ``Device(n)`` returns the same object for the same ordinal from any
@@ -138,15 +158,7 @@ class Device:
     a pickled device unpickles as ``Device(ordinal)`` of the driver installed then.
     """
 
-    __slots__ = ("_context", "_default_mr", "_driver", "_handle", "_memory_resource", "_ordinal", "_properties")
-
-    _ordinal: int
-    _handle: Any
-    _context: Context | None
-    _driver: Any
-    _properties: DeviceProperties | None
-    _memory_resource: MemoryResource[Any] | None  # the one set by the program, which allocate() then uses
-    _default_mr: DeviceMemoryResource | None  # the device's default resource, made on first read
+    __slots__ = ()
 
     def __new__(cls, ordinal: int | None = None) -> Device:
         if ordinal is None:
@@ -169,7 +181,7 @@ class Device:
             err, handle = driver.cuDeviceGet(ordinal)
             if err:
                 raise_status(err, "cuDeviceGet")
-            self = object.__new__(cls)
+            self = DeviceFields.__new__(cls)
             self._ordinal = ordinal
             self._handle = handle
             self._context = None
@@ -449,48 +461,7 @@ class Device:
             return self._wrap_stream(obj, non_blocking, priority)
         if priority is not None:
             priority = int_argument("priority", priority, -INT_LIMIT, INT_LIMIT)
-        context = self._context
-        if context is None:
-            context = self.context
-        flags = 1 if non_blocking else 0
-        if priority is None and not context._closed:
-            fp = _fp
-            if fp is not None:
-                # Compiled: the context check and the create in one call (statuses back; raised here).
-                err, handle = fp.stream_create(context._int, flags)
-                current = handle if err == -1 else None  # -1: another context is current (an int)
-                if err > 0:
-                    raise_status(err, handle)
-            else:
-                # Fast path: the device's context is current already, so no switch (C1).
-                err, current = driver.cuCtxGetCurrent()
-                if err:  # never swallowed: the slow path would ask again, a retry (C4)
-                    raise_status(err, "cuCtxGetCurrent")
-                if current == context._handle:
-                    err, handle = driver.cuStreamCreate(flags)
-                    if err:
-                        raise_status(err, "cuStreamCreate")
-                    current = None
-            if current is not None:
-                # Another context is current: switch in, create, restore (C1), call_in's path inlined
-                # (compiled: the three driver calls in one; their failures handled as call_switched's).
-                if fp is not None:
-                    # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
-                    create = getattr(fp, "stream_create_switched")  # noqa: B009
-                    handle = call_switched_by(context, current, create, "cuStreamCreate", _stream_destroy, flags)
-                else:
-                    handle = call_switched(
-                        context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
-                    )
-            stream = new_stream(handle, context, self._ordinal)
-            if _racing:
-                _race.stream_created(stream, bool(non_blocking))
-            return stream
-        handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
-        stream = Stream._make(handle, context, self._ordinal)
-        if _racing:
-            _race.stream_created(stream, bool(non_blocking))
-        return stream
+        return stream_on(self, 1 if non_blocking else 0, priority)
 
     def _wrap_stream(self, obj: Any, non_blocking: object, priority: object) -> Stream:
         self._check_driver()
@@ -525,41 +496,7 @@ class Device:
             from cuguard.resources._ipc import create_ipc_event
 
             return create_ipc_event(self)
-        context = self._context
-        if context is None:
-            context = self.context
-        if not context._closed:
-            flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
-            fp = _fp
-            if fp is not None:
-                # Compiled: the context check and the create in one call (statuses back; raised here).
-                err, handle = fp.event_create(context._int, flags)
-                current = handle if err == -1 else None  # -1: another context is current (an int)
-                if err > 0:
-                    raise_status(err, handle)
-            else:
-                # Fast path: the device's context is current already, so no switch (C1).
-                err, current = driver.cuCtxGetCurrent()
-                if err:  # never swallowed: the slow path would ask again, a retry (C4)
-                    raise_status(err, "cuCtxGetCurrent")
-                if current == context._handle:
-                    err, handle = driver.cuEventCreate(flags)
-                    if err:
-                        raise_status(err, "cuEventCreate")
-                    current = None
-            if current is not None:
-                # Another context is current: switch in, create, restore (C1), call_in's path inlined
-                # (compiled: the three driver calls in one; their failures handled as call_switched's).
-                if fp is not None:
-                    # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
-                    create = getattr(fp, "event_create_switched")  # noqa: B009
-                    handle = call_switched_by(context, current, create, "cuEventCreate", _event_destroy, flags)
-                else:
-                    handle = call_switched(
-                        context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags
-                    )
-            return new_event(handle, context, self._ordinal, timing)
-        return Event._create(context, self._ordinal, timing)
+        return event_on(self, timing)
 
     def allocate(self, size: int, stream: Stream | None = None) -> Buffer | PinnedBuffer:
         """Allocate ``size`` bytes of device memory.
@@ -582,21 +519,7 @@ class Device:
         asked. Raises :class:`~cuguard.errors.CUDAError` if the driver
         refuses; nothing is allocated then.
         """
-        mr = self._memory_resource
-        if mr is not None:
-            made: Buffer | PinnedBuffer = mr.allocate(size, stream)
-            return made
-        context = self._context
-        if context is None:
-            context = self.context
-        if stream is not None:
-            # Stream-ordered (see allocate_ordered): no context check or switch (G2).
-            if type(stream) is not Stream:
-                stream = as_stream(stream, "stream")
-            if type(size) is not int or not 0 <= size < SIZE_LIMIT:
-                size = int_argument("size", size)
-            return allocate_ordered(self, context, size, stream)
-        return Buffer._allocate(context, self._ordinal, size)
+        return allocate_on(self, size, stream)
 
     def allocate_pinned(self, size: int) -> PinnedBuffer:
         """Allocate ``size`` bytes of page-locked host memory.
@@ -618,3 +541,114 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<Device {self._ordinal}>"
+
+
+def stream_on(device: Device, flags: int, priority: int | None) -> Stream:
+    """:meth:`Device.create_stream` without ``obj``, once its arguments are checked: ``flags`` 0 or 1
+    (``CU_STREAM_NON_BLOCKING``), ``priority`` an int in range or ``None``. Same failures.
+
+    In the compiled build ``device`` and its context are typed (``_device.pxd``): their fields are C reads.
+    """
+    context = device._context
+    if context is None:
+        context = device.context
+    if priority is None and not context._closed:
+        fp = _fp
+        if fp is not None:
+            # Compiled: the context check and the create in one call (statuses back; raised here).
+            err, handle = fp.stream_create(context._int, flags)
+            current = handle if err == -1 else None  # -1: another context is current (an int)
+            if err > 0:
+                raise_status(err, handle)
+        else:
+            # Fast path: the device's context is current already, so no switch (C1).
+            err, current = driver.cuCtxGetCurrent()
+            if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                raise_status(err, "cuCtxGetCurrent")
+            if current == context._handle:
+                err, handle = driver.cuStreamCreate(flags)
+                if err:
+                    raise_status(err, "cuStreamCreate")
+                current = None
+        if current is not None:
+            # Another context is current: switch in, create, restore (C1), call_in's path inlined
+            # (compiled: the three driver calls in one; their failures handled as call_switched's).
+            if fp is not None:
+                # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
+                create = getattr(fp, "stream_create_switched")  # noqa: B009
+                handle = call_switched_by(context, current, create, "cuStreamCreate", _stream_destroy, flags)
+            else:
+                handle = call_switched(
+                    context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
+                )
+        stream = new_stream(handle, context, device._ordinal)
+        if _racing:
+            _race.stream_created(stream, flags == 1)
+        return stream
+    handle = call_in(context, _stream_create, _stream_destroy, flags, priority)
+    stream = Stream._make(handle, context, device._ordinal)
+    if _racing:
+        _race.stream_created(stream, flags == 1)
+    return stream
+
+
+def event_on(device: Device, timing: bool) -> Event:
+    """:meth:`Device.create_event` of an event that is not IPC-enabled: same failures.
+
+    In the compiled build ``device`` and its context are typed (``_device.pxd``): their fields are C reads.
+    """
+    context = device._context
+    if context is None:
+        context = device.context
+    if not context._closed:
+        flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
+        fp = _fp
+        if fp is not None:
+            # Compiled: the context check and the create in one call (statuses back; raised here).
+            err, handle = fp.event_create(context._int, flags)
+            current = handle if err == -1 else None  # -1: another context is current (an int)
+            if err > 0:
+                raise_status(err, handle)
+        else:
+            # Fast path: the device's context is current already, so no switch (C1).
+            err, current = driver.cuCtxGetCurrent()
+            if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                raise_status(err, "cuCtxGetCurrent")
+            if current == context._handle:
+                err, handle = driver.cuEventCreate(flags)
+                if err:
+                    raise_status(err, "cuEventCreate")
+                current = None
+        if current is not None:
+            # Another context is current: switch in, create, restore (C1), call_in's path inlined
+            # (compiled: the three driver calls in one; their failures handled as call_switched's).
+            if fp is not None:
+                # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
+                create = getattr(fp, "event_create_switched")  # noqa: B009
+                handle = call_switched_by(context, current, create, "cuEventCreate", _event_destroy, flags)
+            else:
+                handle = call_switched(context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags)
+        return new_event(handle, context, device._ordinal, timing)
+    return Event._create(context, device._ordinal, timing)
+
+
+def allocate_on(device: Device, size: int, stream: Stream | None) -> Buffer | PinnedBuffer:
+    """:meth:`Device.allocate`: same arguments, same failures.
+
+    In the compiled build ``device`` is typed (``_device.pxd``): its fields are C reads.
+    """
+    mr = device._memory_resource
+    if mr is not None:
+        made: Buffer | PinnedBuffer = mr.allocate(size, stream)
+        return made
+    context = device._context
+    if context is None:
+        context = device.context
+    if stream is not None:
+        # Stream-ordered (see allocate_ordered): no context check or switch (G2).
+        if type(stream) is not Stream:
+            stream = as_stream(stream, "stream")
+        if type(size) is not int or not 0 <= size < SIZE_LIMIT:
+            size = int_argument("size", size)
+        return allocate_ordered(device, context, size, stream)
+    return Buffer._allocate(context, device._ordinal, size)

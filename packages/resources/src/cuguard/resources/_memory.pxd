@@ -2,6 +2,7 @@
 # compiled classes whose fields are C slots; the module's functions are compiled from the same source.
 cimport cython
 
+from cuguard.context.contexts cimport Context
 from cuguard.resources._base cimport Resource
 from cuguard.resources._native cimport Calls
 from cuguard.resources._stream cimport Stream
@@ -14,6 +15,9 @@ cdef bint _racing
 cdef dict _capture_tables
 # The owners of live DLPack exports (_dlpack._owners): empty while nothing is exported.
 cdef dict _dlpack_owners
+
+
+cdef class PinnedBuffer
 
 
 cdef class Buffer(Resource):
@@ -29,6 +33,9 @@ cdef class Buffer(Resource):
     @cython.locals(free_on=Stream)
     cpdef close(self, stream=*)
 
+    @cython.locals(s=Stream, pinned=PinnedBuffer)
+    cpdef copy_from(self, src, stream=*)
+
 
 cdef class PinnedBuffer(Resource):
     cdef public object _graph_used
@@ -40,4 +47,4 @@ cdef class PinnedBuffer(Resource):
 
 
 @cython.locals(buf=Buffer)
-cpdef allocate_ordered(device, context, size, Stream stream)
+cpdef allocate_ordered(device, Context context, size, Stream stream)

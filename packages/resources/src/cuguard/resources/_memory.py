@@ -7,7 +7,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cuguard.context import Context, call_in
+from cuguard.context import call_in
+from cuguard.context.contexts import Context  # from its defining module: the compiled build types contexts with it
 from cuguard.errors import CUDAError, driver, raise_status
 from cuguard.errors.lowlevel import in_driver_callback, int_argument, is_integer, wrong_kind
 from cuguard.resources import _captures, _dlpack, _race
@@ -561,36 +562,35 @@ class Buffer(Resource):
         (on a stream whose capture was invalidated:
         ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``); nothing is queued then.
         """
-        if (
-            type(stream) is Stream
-            and not (self._closed or stream._closed or self._context._closed or stream._context._closed)
-            and type(src) is not Buffer
-        ):
-            # Fast path: a host object or pinned buffer, queued on a stream.
-            if type(src) is PinnedBuffer:
-                if src._closed or src._context._closed:
-                    src._check_open()
-                host: Any = src._handle
-                if type(host) is not int:
-                    host = int(host)
-                size = src._size
-            else:
-                host = _host_view(src, "src")
-                size = host.nbytes
-            if size != self._size:
-                _check_size(size, self._size)
-            fp = _fp
-            if fp is not None:
-                err = fp.memcpy_htod_async(self._handle, host, size, stream._handle)  # compiled: status, raised here
-            else:
-                (err,) = driver.cuMemcpyHtoDAsync(self._handle, host, size, stream._handle)
-            if err:
-                raise_status(err, "cuMemcpyHtoDAsync")
-            if _capture_tables:
-                _note_captured(stream, self, src)
-            if _racing:
-                _race.copied(self, src, stream, "cuMemcpyHtoDAsync")
-            return
+        if type(stream) is Stream and type(src) is not Buffer:
+            s = stream  # compiled: a typed Stream (_memory.pxd), as are pinned below and self
+            if not (self._closed or s._closed or self._context._closed or s._context._closed):
+                # Fast path: a host object or pinned buffer, queued on a stream.
+                if type(src) is PinnedBuffer:
+                    pinned = src
+                    if pinned._closed or pinned._context._closed:
+                        pinned._check_open()
+                    host: Any = pinned._handle
+                    if type(host) is not int:
+                        host = int(host)
+                    size = pinned._size
+                else:
+                    host = _host_view(src, "src")
+                    size = host.nbytes
+                if size != self._size:
+                    _check_size(size, self._size)
+                fp = _fp
+                if fp is not None:
+                    err = fp.memcpy_htod_async(self._handle, host, size, s._handle)  # compiled: status, raised here
+                else:
+                    (err,) = driver.cuMemcpyHtoDAsync(self._handle, host, size, s._handle)
+                if err:
+                    raise_status(err, "cuMemcpyHtoDAsync")
+                if _capture_tables:
+                    _note_captured(s, self, src)
+                if _racing:
+                    _race.copied(self, src, s, "cuMemcpyHtoDAsync")
+                return
         if stream is not None and type(stream) is not Stream:
             stream = as_stream(stream)
         dst = self.handle

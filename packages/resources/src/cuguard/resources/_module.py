@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from cuguard.context import Context, call_in
@@ -16,13 +17,13 @@ from cuguard.errors.lowlevel import (
     ATTRIBUTING,
     INT_LIMIT,
     UINT_LIMIT,
-    Unique,
     int_argument,
     is_integer,
     out_of_range,
     refuse_construction,
     wrong_kind,
 )
+from cuguard.errors.owners import Unique  # from its defining module: the compiled Kernel derives from it
 from cuguard.resources import _captures, _race
 from cuguard.resources._base import Resource
 from cuguard.resources._captures import _tables as _capture_tables  # never rebound: read on each operation
@@ -175,13 +176,13 @@ class Kernel(Unique):
     closed module is refused by :func:`launch` with ``ResourceClosedError``.
     """
 
-    __slots__ = ("_address", "_handle", "_signature", "module", "name")
+    __slots__ = ("_address", "_handle", "_module", "_name", "_signature")
 
     _handle: Any
     _address: int  # the CUfunction's address, as the compiled launch takes it (no conversion per launch)
     _signature: Signature | None
-    name: str
-    module: Module
+    _name: str
+    _module: Module
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(Kernel, "Module.get_kernel()")
@@ -191,10 +192,21 @@ class Kernel(Unique):
         self = cls.__new__(cls)
         self._handle = handle
         self._address = int(handle)
-        self.name = name
-        self.module = module
+        self._name = name
+        self._module = module
         self._signature = signature
         return self
+
+    @property
+    def name(self) -> str:
+        """The name the kernel was asked for (:meth:`Module.get_kernel`). Never refuses: no driver call."""
+        return self._name
+
+    @property
+    def module(self) -> Module:
+        """The :class:`Module` the kernel belongs to (kept alive by it). Never refuses, even once the module is
+        closed (its methods refuse then); no driver call."""
+        return self._module
 
     @property
     def attributes(self) -> KernelAttributes:
@@ -238,7 +250,7 @@ class Kernel(Unique):
         parameter list, :func:`pack_args`. A kernel of a closed module raises
         :class:`~cuguard.errors.ResourceClosedError`.
         """
-        module = self.module
+        module = self._module
         if module._closed or module._context._closed:
             module._check_open()  # a kernel of a closed module (or another driver's) refuses use
         sig = self._signature
@@ -249,13 +261,13 @@ class Kernel(Unique):
     @property
     def handle(self) -> Any:
         """The ``CUfunction``; raises :class:`~cuguard.errors.ResourceClosedError` once its module refuses use."""
-        module = self.module
+        module = self._module
         if module._closed or module._context._closed:
             module._check_open()
         return self._handle
 
     def __repr__(self) -> str:
-        return f"<Kernel {self.name!r}>"
+        return f"<Kernel {self._name!r}>"
 
 
 class LaunchConfig:
@@ -570,10 +582,18 @@ def launch(
         raise wrong_kind("config", "a LaunchConfig", config)
     if type(kernel) is not Kernel:
         raise wrong_kind("kernel", "a Kernel", kernel)
-    if type(stream) is not Stream:
-        stream = as_stream(stream, "stream")
+    s = stream if type(stream) is Stream else as_stream(stream, "stream")
     reads = _NO_READS if read_only is _NO_POSITIONS else check_read_only(read_only, len(args))
-    module = kernel.module
+    launch_checked(s, config, kernel, args, reads)
+
+
+def launch_checked(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...], reads: Any) -> None:
+    """:func:`launch` once its arguments' kinds are checked: ``stream`` a :class:`Stream`, ``kernel`` a
+    :class:`Kernel`, ``config`` a :class:`LaunchConfig`, ``reads`` what :func:`check_read_only` made.
+
+    In the compiled build the stream and the kernel are typed (``_module.pxd``), so their fields are C reads.
+    """
+    module = kernel._module
     if module._closed or stream._closed or module._context._closed or stream._context._closed:
         module._check_open()
         stream._check_open()
@@ -605,9 +625,9 @@ def launch(
             _captures.retain(owners, [kernel, module, *written], read)
     if _racing:
         call = "cuLaunchKernelEx" if config._ex else "cuLaunchKernel"
-        _race.launched(stream, f"{call} ({kernel.name})", args, reads)
+        _race.launched(stream, f"{call} ({kernel._name})", args, reads)
     if ATTRIBUTING[0]:
-        wait_attributed(stream, lambda: describe_launch(kernel.name, config, args))
+        wait_attributed(stream, partial(describe_launch, kernel._name, config, args))
 
 
 def describe_launch(name: str, config: LaunchConfig, args: Sequence[Any]) -> str:

@@ -119,4 +119,5 @@ NO_DRIVER_CALL_CONTEXT: dict[str, str] = {
     "context.Context.owned": _NO_CALL_RESOURCE,
     "context.Context.closed": _NO_CALL_RESOURCE,
     "context.Context.stale": "compares driver tokens",
+    "context.compiled": "a flag fixed at import: which build runs",
 }

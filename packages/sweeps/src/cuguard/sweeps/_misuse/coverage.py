@@ -224,6 +224,12 @@ COVERAGE: dict[str, str] = {
     **_rows("op:resources.Module.handle", "resources.Module.closed", "resources.Module.context"),
     "resources.Kernel.num_arguments": "op:resources.Kernel.handle",
     **_rows(
+        "reads a field the kernel was made with: never refuses (not once its module is closed either) and makes "
+        "no driver call, so there is nothing to misuse",
+        "resources.Kernel.module",
+        "resources.Kernel.name",
+    ),
+    **_rows(
         "op:resources.PinnedBuffer.size",
         "resources.PinnedBuffer.closed",
         "resources.PinnedBuffer.context",

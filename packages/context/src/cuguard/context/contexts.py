@@ -4,6 +4,12 @@ Every operation above this layer that must run in a given context goes through
 :func:`call_in` (ordinary calls, which raise) or :func:`cleanup_in`
 (destructors and callbacks, which report). They are the only code in cuguard
 that switches contexts, apart from :meth:`Context.set_current`.
+
+This module is public (unlike the layers' private modules) for one reason: the
+compiled build. Cython's pure-Python mode compiles this same source, with
+``contexts.pxd`` declaring :class:`Context` a compiled class whose fields are C
+slots, and the compiled layers above type the contexts they keep with it, which
+needs the module that defines it. Import the names from :mod:`cuguard.context`.
 """
 
 from __future__ import annotations
@@ -27,10 +33,10 @@ from cuguard.errors import (
     report,
     report_error,
 )
+from cuguard.errors import compiled as compiled_owners
 from cuguard.errors.lowlevel import (
     INT_LIMIT,
     UINT_LIMIT,
-    Unique,
     collection_deferred,
     defer,
     deferring_lock,
@@ -41,6 +47,15 @@ from cuguard.errors.lowlevel import (
     refuse_construction,
     wrong_kind,
 )
+from cuguard.errors.owners import Unique  # from its defining module: the compiled Context derives from it
+
+if not __file__.endswith(".py") and not compiled_owners:
+    # This module is the compiled build, its class laid out on the compiled Unique; on the
+    # pure-Python one it would corrupt memory. Refuse to load instead.
+    raise ImportError(
+        "cuguard-context is the compiled build but cuguard-errors is the pure-Python one: install both "
+        "from the same checkout in one command (or both with CUGUARD_PURE_PYTHON=1 set while installing)"
+    )
 
 __all__ = ["Context", "call_in", "cleanup_in", "init_driver"]
 
@@ -445,11 +460,13 @@ class Context(Unique):
         """Whether the driver this context was made under is no longer installed."""
         return self._driver is not driver_token()
 
-    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-        # sys.is_finalizing is bound at definition: at the very end of finalization the sys
-        # module may be cleared while this object is still alive (S1).
+    # sys.is_finalizing, bound in the class: at the very end of finalization the sys module (and
+    # this module's globals) may be cleared while a context is still alive (S1).
+    _finalizing = staticmethod(sys.is_finalizing)
+
+    def __del__(self) -> None:
         try:
-            if self._released or self._kind != "created" or _finalizing():
+            if self._released or self._kind != "created" or self._finalizing():
                 return
         except AttributeError:  # construction never finished
             return
