@@ -16,6 +16,7 @@ slots). :data:`compiled` says which one is running; both behave the same.
 
 from __future__ import annotations
 
+from cuguard.context import _buildcheck  # noqa: F401 - first: refuses a mixed build before it loads
 from cuguard.context import contexts as _contexts
 from cuguard.context.contexts import Context as Context
 from cuguard.context.contexts import call_in as call_in

@@ -33,7 +33,6 @@ from cuguard.errors import (
     report,
     report_error,
 )
-from cuguard.errors import compiled as compiled_owners
 from cuguard.errors.lowlevel import (
     INT_LIMIT,
     UINT_LIMIT,
@@ -48,14 +47,6 @@ from cuguard.errors.lowlevel import (
     wrong_kind,
 )
 from cuguard.errors.owners import Unique  # from its defining module: the compiled Context derives from it
-
-if not __file__.endswith(".py") and not compiled_owners:
-    # This module is the compiled build, its class laid out on the compiled Unique; on the
-    # pure-Python one it would corrupt memory. Refuse to load instead.
-    raise ImportError(
-        "cuguard-context is the compiled build but cuguard-errors is the pure-Python one: install both "
-        "from the same checkout in one command (or both with CUGUARD_PURE_PYTHON=1 set while installing)"
-    )
 
 __all__ = ["Context", "call_in", "cleanup_in", "init_driver"]
 

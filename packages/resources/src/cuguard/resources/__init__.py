@@ -46,6 +46,7 @@ compiled one costs less per call.
 
 from __future__ import annotations
 
+from cuguard.resources import _buildcheck  # noqa: F401 - first: refuses a mixed build before it loads
 from cuguard.resources import system as system
 from cuguard.resources._accounting import MemoryRecord as MemoryRecord
 from cuguard.resources._accounting import MemoryReport as MemoryReport

@@ -22,25 +22,14 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from cuguard.context import call_in, cleanup_in
-from cuguard.context import compiled as compiled_context
 from cuguard.context.contexts import Context  # from its defining module: the compiled Resource types its context
 from cuguard.errors import CUDAError, ResourceClosedError, add_failure_note, format_handle, report, report_error
-from cuguard.errors import compiled as compiled_owners
 from cuguard.errors.lowlevel import defer, in_driver_callback, refuse_construction
 from cuguard.errors.owners import Owned  # from its defining module: the compiled Resource derives from it
 from cuguard.resources import _captures
 from cuguard.resources._relaxed import relax, restore
 
 __all__ = ["Resource", "driver_types"]
-
-if not __file__.endswith(".py") and not (compiled_owners and compiled_context):
-    # This module is the compiled build, its classes laid out on the compiled Owned and reading the
-    # compiled Context's fields; on the pure-Python ones they would corrupt memory. Refuse to load instead.
-    pure = "cuguard-errors" if not compiled_owners else "cuguard-context"
-    raise ImportError(
-        f"cuguard-resources is the compiled build but {pure} is the pure-Python one: install the layers "
-        "from the same checkout in one command (or all with CUGUARD_PURE_PYTHON=1 set while installing)"
-    )
 
 
 def _unprohibited(step: Callable[[Any], tuple[Any, str]], handle: Any) -> tuple[Any, str]:
