@@ -19,8 +19,8 @@ Sessions
   The simulated driver follows the signatures of the installed cuda-bindings. These are the
   tests of the pure-Python build (``CUGUARD_PURE_PYTHON=1``); the other major's are tagged ``long``.
 - ``compiled(cuda<major>)`` (tagged long): the tests of the compiled build. The packages with a
-  compiled build (cuguard-errors, cuguard-context, cuguard-resources) are built as wheels with their compiled
-  modules (``CUGUARD_REQUIRE_COMPILED=1``: no fallback), installed beside the other packages,
+  compiled build (cuguard-errors, cuguard-context, cuguard-resources, cuguard-graphs) are built as
+  wheels with their compiled modules (``CUGUARD_REQUIRE_COMPILED=1``: no fallback), installed beside the other packages,
   and every package's tests and the contract suite run with them (``test_compiled.py`` runs the
   compiled driver calls against a no-op driver library; on the simulated driver every driver
   call goes through the seam, as in the pure build, while the compiled classes are used).
@@ -118,7 +118,7 @@ TESTING_DIST = "cuguard-testing"
 SWEEPS_DIST = "cuguard-sweeps"
 # The packages with a compiled build (Cython extensions added to their wheels by their hatch_build.py), and
 # the environment variables their builds and tests read: pure Python forced, the compiled build required.
-COMPILED_DISTS = ("cuguard-errors", "cuguard-context", "cuguard-resources")
+COMPILED_DISTS = ("cuguard-errors", "cuguard-context", "cuguard-resources", "cuguard-graphs")
 PURE_VARIABLE = "CUGUARD_PURE_PYTHON"
 REQUIRE_COMPILED_VARIABLE = "CUGUARD_REQUIRE_COMPILED"
 # Compiler and linker libraries: the contract suite's E2 test compiles and links on machines with no GPU.
@@ -297,9 +297,11 @@ def compiled(session: nox.Session, bindings: int) -> None:
         env=required,
     )
     status = (
-        "import cuguard.errors as e, cuguard.context as c, cuguard.resources as r, cuguard.resources.lowlevel as l; "
-        "print('errors', e.compiled, 'context', c.compiled, 'resources', r.compiled, l.compiled_status()); "
-        "raise SystemExit(0 if e.compiled and c.compiled and r.compiled else 1)"
+        "import cuguard.errors as e, cuguard.context as c, cuguard.resources as r, cuguard.graphs as g, "
+        "cuguard.resources.lowlevel as l; "
+        "print('errors', e.compiled, 'context', c.compiled, 'resources', r.compiled, l.compiled_status(), "
+        "'graphs', g.compiled); "
+        "raise SystemExit(0 if e.compiled and c.compiled and r.compiled and g.compiled else 1)"
     )
     session.run("python", "-c", status, env=required)
     for package in PACKAGES.values():
@@ -393,9 +395,9 @@ def build(session: nox.Session) -> None:
     built_apart = tuple(f"{dist.replace('-', '_')}-" for dist in (*COMPILED_DISTS, SWEEPS_DIST))
     runtime = [w for w in out.glob("*.whl") if not w.name.startswith(built_apart)]
     probe = (
-        "import cuguard.graphs, cuguard.errors as e, cuguard.context as c, cuguard.resources as r; "
-        "print('compiled build:', e.compiled, c.compiled, r.compiled); "
-        "raise SystemExit(0 if e.compiled == c.compiled == r.compiled == {} else 1)"
+        "import cuguard.graphs as g, cuguard.errors as e, cuguard.context as c, cuguard.resources as r; "
+        "print('compiled build:', e.compiled, c.compiled, r.compiled, g.compiled); "
+        "raise SystemExit(0 if e.compiled == c.compiled == r.compiled == g.compiled == {} else 1)"
     )
     for label, folder, expected in (("compiled", out, True), ("pure", pure, False)):
         venv = tmp / f"venv-{label}"
@@ -467,9 +469,9 @@ def wheels(session: nox.Session) -> None:
             BINDINGS[DEFAULT_BINDINGS_MAJOR], external=True,
         )  # fmt: skip
         probe = (
-            "import cuguard.errors as e, cuguard.context as c, cuguard.resources as r; "
-            "print(r.__file__, e.compiled, c.compiled, r.compiled); "
-            "raise SystemExit(0 if e.compiled and c.compiled and r.compiled else 1)"
+            "import cuguard.errors as e, cuguard.context as c, cuguard.resources as r, cuguard.graphs as g; "
+            "print(r.__file__, e.compiled, c.compiled, r.compiled, g.compiled); "
+            "raise SystemExit(0 if e.compiled and c.compiled and r.compiled and g.compiled else 1)"
         )
         session.run(target, "-c", probe, external=True, env={PURE_VARIABLE: ""})
         built.extend(wheel.name for wheel in wheels)

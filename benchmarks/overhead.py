@@ -865,10 +865,33 @@ def op_graph_build(env: Env) -> Operation:
 
         return builder
 
+    def floor(native: Any) -> Variant:
+        # The compiled build's driver calls alone: the graph created and destroyed through the bindings
+        # (as cuguard does), each empty node through the compiled call, which returns a CUgraphNode.
+        create, add, destroy = D.cuGraphCreate, native.graph_add_empty, D.cuGraphDestroy
+
+        def fn() -> None:
+            err, graph = create(0)
+            if err:
+                _fail(err, "cuGraphCreate")
+            err, node = add(graph, None)
+            if err:
+                _fail(err, "graph_add_empty")
+            for _ in range(GRAPH_NODES - 1):
+                err, node = add(graph, node)
+                if err:
+                    _fail(err, "graph_add_empty")
+            (err,) = destroy(graph)
+            if err:
+                _fail(err, "cuGraphDestroy")
+
+        return Variant(fn)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _graph_or_null("cuguard", graph_variant("cuguard"))),
         "cuda_core": _core_variant(env, graph_variant("cuda_core")),
+        "compiled_floor": _floor(env, floor),
     }
     return op
 
@@ -1386,6 +1409,7 @@ def describe(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
         "cuda_core": None,
         "numpy": _dist_version("numpy"),
         "cuguard": {},
+        "cuguard_compiled": {},  # which build of each layer this process runs (its `compiled` flag)
     }
     if env.core is not None:
         versions["cuda_core"] = getattr(env.core, "__version__", None) or _dist_version("cuda-core")
@@ -1393,6 +1417,8 @@ def describe(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
         with contextlib.suppress(Exception):
             module = __import__(f"cuguard.{layer}", fromlist=["__version__"])
             versions["cuguard"][layer] = getattr(module, "__version__", "?")
+            if hasattr(module, "compiled"):
+                versions["cuguard_compiled"][layer] = bool(module.compiled)
     with contextlib.suppress(Exception):
         import subprocess
 

@@ -26,10 +26,16 @@
 
 Every multi-step mutation is all-or-nothing (contract B4, G3); nodes keep what
 they use alive until CUDA has dropped every graph that may use it (G5, W5).
+
+The layer is built two ways from one source: pure Python, and compiled (nodes
+and the empty-node builder compiled, the definition's building state in C
+slots). :data:`compiled` says which one is running; both behave the same.
 """
 
 from __future__ import annotations
 
+from cuguard.graphs import _buildcheck  # noqa: F401 - first: refuses a mixed build before it loads
+from cuguard.graphs import _nodes as _nodes_module
 from cuguard.graphs._capture import CAPTURE_MODES as CAPTURE_MODES
 from cuguard.graphs._capture import GraphBuilder as GraphBuilder
 from cuguard.graphs._capture import capture_mode as capture_mode
@@ -55,9 +61,16 @@ __all__ = [
     "GraphUpdateError",
     "Node",
     "capture_mode",
+    "compiled",
     "exchange_capture_mode",
     "flush_deferred",
     "pending_payloads",
 ]
 
 __version__ = "0.1.0"
+
+#: Whether this process runs the compiled build of this layer: ``True`` when the module defining
+#: :class:`Node` is the compiled extension of this installation, ``False`` for the pure-Python build.
+#: Either way the driver calls of the hot builders go through the resources layer's compiled calls only
+#: while those are in use (:data:`cuguard.resources.compiled`). Fixed at import.
+compiled: bool = not (_nodes_module.__file__ or "").endswith(".py")

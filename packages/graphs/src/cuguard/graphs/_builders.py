@@ -20,34 +20,21 @@ from cuguard.errors.lowlevel import INT_LIMIT, int_argument, is_integer, wrong_k
 from cuguard.graphs import _lifetime
 from cuguard.graphs._common import _check_owners, _types
 from cuguard.graphs._nodes import (
-    _LIVE,
     Node,
     _iterable,
     _kernel_params,
     _memcpy_params,
     _memset_params,
+    add_empty,
 )
 from cuguard.resources import Buffer, Device, Event, Kernel, LaunchConfig, PinnedBuffer
-from cuguard.resources.lowlevel import follow_compiled, split_written
+from cuguard.resources.lowlevel import split_written
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import GraphCondition
     from cuguard.graphs._definition import GraphDefinition
 
 __all__ = ["NodeBuilders"]
-
-_NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
-
-# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
-_fp: Any = None
-
-
-def _compiled_changed(ops: Any) -> None:
-    global _fp
-    _fp = ops
-
-
-follow_compiled(_compiled_changed)
 
 
 def _destroy_new_node(handle: Any) -> None:
@@ -196,44 +183,8 @@ class NodeBuilders:
         return self._empty(nodes)
 
     def _empty(self, deps: tuple[object, ...]) -> Node:
-        """:meth:`_add` for empty nodes, inlined: the hot path of building graphs (same checks, same order)."""
-        if self._closed or self._driver is not driver_token():
-            self._check_open()
-        count = len(deps)
-        handles: list[Any] | None
-        if count == 1:
-            dep = deps[0]
-            if type(dep) is not Node or dep._graph is not self or dep._state != _LIVE:
-                self._own(dep, "deps")  # raises the E3 exception that names the problem
-            handles = [dep._handle]  # type: ignore[attr-defined]
-        elif count:
-            for dep in deps:
-                if type(dep) is not Node or dep._graph is not self or dep._state != _LIVE:
-                    self._own(dep, "deps")
-            if len({id(dep) for dep in deps}) != count:
-                self._deps(deps)  # raises: a dependency given twice
-            handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
-        else:
-            handles = None
-        self._version += 1
-        fp = _fp
-        if fp is not None and count < 2:
-            # Compiled: one dependency (or none) straight to the driver; the status back, raised here.
-            err, handle = fp.graph_add_empty(self._handle, handles[0] if handles else None)
-        else:
-            err, handle = driver.cuGraphAddEmptyNode(self._handle, handles, count)
-        if err:
-            raise_status(err, "cuGraphAddEmptyNode")
-        node = Node.__new__(Node)
-        node._graph = self  # type: ignore[assignment]
-        node._handle = handle
-        node._kind = "empty"
-        node._order = self._next_order
-        node._state = _LIVE
-        node._info = _NO_INFO  # shared: an empty node's info is never changed
-        self._next_order += 1
-        self._fresh.append(node)  # published: from here on it is part of the definition (keyed when needed)
-        return node
+        """:func:`~cuguard.graphs._nodes.add_empty` of this definition (compiled in the compiled build)."""
+        return add_empty(self, deps)  # type: ignore[arg-type]
 
     def memset(
         self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1, deps: Iterable[Node] = ()

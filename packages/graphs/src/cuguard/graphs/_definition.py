@@ -31,7 +31,7 @@ from cuguard.graphs._builders import NodeBuilders
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
 from cuguard.graphs._edges import apply_edges
 from cuguard.graphs._executable import Graph
-from cuguard.graphs._nodes import _KINDS, _LIVE, _PLURAL, Node, _iterable, _order
+from cuguard.graphs._nodes import _KINDS, _LIVE, _PLURAL, DefinitionFields, Node, _iterable, _order
 from cuguard.resources import Device
 from cuguard.resources.lowlevel import OwnerTable, follow_compiled, retain
 
@@ -68,7 +68,7 @@ def _context_of(device: Device | Context | None) -> Context | None:
     raise TypeError(f"device must be a Device, a Context or None, not {type(device).__name__}")
 
 
-class GraphDefinition(_Collected, NodeBuilders):
+class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
     """An explicit CUDA graph under construction (a ``CUgraph``).
 
     ``GraphDefinition(device)`` creates an empty graph. ``device`` (a
@@ -98,19 +98,15 @@ class GraphDefinition(_Collected, NodeBuilders):
     A definition is not thread-safe: mutate it from one thread at a time.
     """
 
+    # The fields building reads are DefinitionFields' (_closed, _driver, _fresh, _handle, _next_order,
+    # _version, and the weak reference slot).
     __slots__ = (
-        "__weakref__",
         "_bodies",
-        "_closed",
         "_conditions",
         "_context",
-        "_driver",
         "_executables",
         "_found",
-        "_fresh",
-        "_handle",
         "_int",
-        "_next_order",
         "_nodes",
         "_owners",
         "_payload",
@@ -118,16 +114,11 @@ class GraphDefinition(_Collected, NodeBuilders):
         "_shared",
         "_source",
         "_uobj",
-        "_version",
     )
 
-    _handle: Any
     _int: int
-    _driver: Any  # the driver_token() it was made under
-    _closed: bool
     _context: Context | None
     _nodes: dict[int, Node]
-    _fresh: list[Node]  # nodes the hot builders made, not yet keyed in _nodes (see _settle)
     _owners: dict[int, object]
     _payload: bool
     _shared: bool  # whether an executable graph reads this very payload (see _privatize)
@@ -138,10 +129,8 @@ class GraphDefinition(_Collected, NodeBuilders):
     # Both are None until the first condition.
     _conditions: list[GraphCondition] | None
     _executables: list[weakref.ref[Graph]] | None
-    _next_order: int
     _found: dict[int, Node]
     _source: int
-    _version: int
     _shape: tuple[int, tuple[tuple[str, ...], frozenset[tuple[int, int]], list[Node]]] | None
 
     def __init__(self, device: Device | Context | None = None) -> None:

@@ -21,7 +21,8 @@ from cuguard.errors import (
     format_handle,
     raise_status,
 )
-from cuguard.errors.lowlevel import Unique, int_argument, is_integer, refuse_construction, wrong_kind
+from cuguard.errors.lowlevel import int_argument, is_integer, refuse_construction, wrong_kind
+from cuguard.errors.owners import Owned, Unique  # from their defining module: the compiled classes derive from them
 from cuguard.graphs._common import _types
 from cuguard.graphs._edges import apply_edges
 from cuguard.resources import (
@@ -33,13 +34,25 @@ from cuguard.resources import (
     PinnedBuffer,
     pack_args,
 )
-from cuguard.resources.lowlevel import check_read_only, memory_uses
+from cuguard.resources.lowlevel import check_read_only, follow_compiled, memory_uses
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import ConditionalBody, GraphCondition
     from cuguard.graphs._definition import GraphDefinition
 
-__all__ = ["EdgeView", "Node"]
+__all__ = ["DefinitionFields", "EdgeView", "Node", "add_empty"]
+
+# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
+# In the compiled build it is typed (_nodes.pxd): its methods are C calls.
+_fp: Any = None
+
+
+def _compiled_changed(ops: Any) -> None:
+    global _fp
+    _fp = ops
+
+
+follow_compiled(_compiled_changed)
 
 # Node states.
 _LIVE = 0
@@ -107,10 +120,12 @@ class Node(Unique):
     def _int(self) -> int:
         """The handle as an int (what the definition keys its nodes by), computed once."""
         try:
-            return self._key
-        except AttributeError:  # made by a hot builder, which leaves it for later
+            key: int | None = self._key
+        except AttributeError:  # made by the hot builder (pure Python), which leaves it for later
+            key = None
+        if key is None:  # (the compiled build's slot starts as None)
             key = self._key = int(self._handle)
-            return key
+        return key
 
     # --- state ---
 
@@ -362,7 +377,7 @@ class Node(Unique):
         Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
         same name, with this node as a dependency.
         """
-        return self._graph._empty((self, *nodes) if nodes else (self,))
+        return add_empty(self._graph, (self, *nodes) if nodes else (self,))
 
     def empty(self) -> Node:
         """An empty node that depends on this node.
@@ -370,7 +385,7 @@ class Node(Unique):
         Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
         same name, with this node as a dependency.
         """
-        return self._graph._empty((self,))
+        return add_empty(self._graph, (self,))
 
     def memset(self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1) -> Node:
         """A memset node after this node; see :meth:`GraphDefinition.memset`."""
@@ -574,6 +589,79 @@ class EdgeView(MutableSet[Node]):
 
 
 _PLURAL = frozenset({"deps", "nodes", "others", "other", "edges"})
+
+
+class DefinitionFields(Owned):
+    """The state of a graph definition that building reads: a base of ``GraphDefinition`` only.
+
+    In the compiled build it is a compiled class (``_nodes.pxd``) whose fields are C slots, so that
+    :func:`add_empty` reads and updates them without a lookup; its subclass adds the rest.
+    """
+
+    __slots__ = ("__weakref__", "_closed", "_driver", "_fresh", "_handle", "_next_order", "_version")
+
+    _closed: bool
+    _driver: Any  # the driver_token() it was made under
+    _fresh: list[Node]  # nodes the hot builders made, not yet keyed in _nodes (see _settle)
+    _handle: Any
+    _next_order: int
+    _version: int
+
+
+_NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
+
+
+def add_empty(graph: DefinitionFields, deps: tuple[object, ...]) -> Node:
+    """An empty node of ``graph`` after ``deps``: ``empty()`` and ``join()``, the hot path of building graphs.
+
+    The same checks as the other builders, in the same order: the definition open, each dependency
+    a live node of it, none given twice (E3: raised before any driver call, through the definition's
+    own checks, which name the problem), then one driver call that creates the node with its edges
+    or nothing (``cuGraphAddEmptyNode``; a refusal raises :class:`~cuguard.errors.CUDAError`). The
+    node is published unkeyed (``_fresh``): the definition keys it when it next reads its nodes.
+    """
+    if graph._closed or graph._driver is not driver_token():
+        graph._check_open()  # type: ignore[attr-defined]
+    count = len(deps)
+    after: Any = None  # the one dependency's handle
+    handles: list[Any] | None = None  # several dependencies' handles
+    if count == 1:
+        dep = deps[0]
+        if type(dep) is not Node:
+            graph._own(dep, "deps")  # type: ignore[attr-defined]  # raises the E3 exception that names the problem
+        first: Node = dep  # type: ignore[assignment]  # (compiled: a typed Node from here on)
+        if first._graph is not graph or first._state != _LIVE:
+            graph._own(dep, "deps")  # type: ignore[attr-defined]
+        after = first._handle
+    elif count:
+        for dep in deps:
+            if type(dep) is not Node or dep._graph is not graph or dep._state != _LIVE:
+                graph._own(dep, "deps")  # type: ignore[attr-defined]
+        if len({id(dep) for dep in deps}) != count:
+            graph._deps(deps)  # type: ignore[attr-defined]  # raises: a dependency given twice
+        handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
+    graph._version += 1
+    fp = _fp
+    if fp is not None and count < 2:
+        # Compiled: one dependency (or none) straight to the driver; the status back, raised here.
+        err, handle = fp.graph_add_empty(graph._handle, after)
+    else:
+        if count == 1:
+            handles = [after]
+        err, handle = driver.cuGraphAddEmptyNode(graph._handle, handles, count)
+    if err:
+        raise_status(err, "cuGraphAddEmptyNode")
+    node = Node.__new__(Node)
+    node._graph = graph  # type: ignore[assignment]
+    node._handle = handle
+    node._kind = "empty"
+    node._order = graph._next_order
+    node._state = _LIVE
+    node._info = _NO_INFO  # shared: an empty node's info is never changed
+    graph._next_order += 1
+    fresh: list[Node] = graph._fresh
+    fresh.append(node)  # published: from here on it is part of the definition (keyed when needed)
+    return node
 
 
 def _iterable(value: object, param: str) -> Iterable[object]:

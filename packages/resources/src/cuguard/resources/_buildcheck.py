@@ -17,7 +17,10 @@ from cuguard.errors import compiled as errors_compiled
 __all__: list[str] = []
 
 _spec = find_spec("cuguard.resources._base")
-if _spec is not None and not str(_spec.origin).endswith(".py") and not (errors_compiled and context_compiled):
+#: Whether this installation of the layer is the compiled build (its compiled modules are there), whether
+#: or not its compiled driver calls are in use (``CUGUARD_PURE_PYTHON=1`` at import turns those off).
+built: bool = _spec is not None and not str(_spec.origin).endswith(".py")
+if built and not (errors_compiled and context_compiled):
     _pure = "cuguard-context" if errors_compiled else "cuguard-errors"
     raise ImportError(
         f"cuguard-resources is the compiled build but {_pure} is the pure-Python one: install the layers "

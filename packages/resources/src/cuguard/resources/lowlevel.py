@@ -34,7 +34,8 @@ the hot modules keep as a global of their own through ``race.follow``;
 ``race.graph_launched`` records a graph's launch); :func:`follow_compiled`, the compiled build's driver calls as they
 come and go.
 
-The compiled build (:data:`cuguard.resources.compiled`): :func:`compiled_status`
+The compiled build (:data:`cuguard.resources.compiled`): :data:`compiled_build` says whether this
+installation is the compiled build (for the compiled layers above, which need it), :func:`compiled_status`
 says whether its driver calls are in use and why not; :func:`use_compiled`
 turns them off and on for the whole process (to measure or to debug).
 """
@@ -58,6 +59,7 @@ from cuguard.resources._captures import (
     stream_undestroyed,
     waiting_count,
 )
+from cuguard.resources._buildcheck import built as compiled_build
 from cuguard.resources._fast import compiled_status, follow_compiled, use_compiled
 from cuguard.resources._memory import graph_let_go
 from cuguard.resources._relaxed import on_own_behalf, relaxed_failed
@@ -71,6 +73,7 @@ __all__ = [
     "capture_joined",
     "capture_left",
     "check_read_only",
+    "compiled_build",
     "compiled_status",
     "follow_compiled",
     "graph_let_go",

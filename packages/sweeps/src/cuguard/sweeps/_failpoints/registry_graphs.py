@@ -368,6 +368,7 @@ def capture_scenarios() -> list[Scenario]:
 #: Public callables of these groups that make no driver call, with the reason.
 NO_DRIVER_CALL_GRAPHS: dict[str, str] = {
     "graphs.flush_deferred": "waits for cuguard's release thread; makes no driver call itself",
+    "graphs.compiled": "a flag fixed at import: which build runs",
     "graphs.pending_payloads": "counts registered payloads: no driver call",
     "graphs.Graph()": "refused with TypeError: use GraphDefinition.instantiate()",
     "graphs.Node()": "refused with TypeError: nodes come from builders",

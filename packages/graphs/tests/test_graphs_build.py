@@ -1,0 +1,74 @@
+"""The compiled build of the graphs layer: which build runs, and a mixed install refused (contract O1).
+
+In the compiled build, ``Node`` and the definitions' building state (``cuguard.graphs._nodes``) are
+compiled classes laid out on the errors layer's compiled bases, and the empty-node builder calls the
+resources layer's compiled driver calls in C. Over a pure-Python resources layer that module cannot
+work, so the package refuses to load. In the pure-Python build the test that needs the compiled module
+skips; ``CUGUARD_REQUIRE_COMPILED=1`` (the nox sessions of the compiled build set it) makes it fail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import cuguard.graphs
+from cuguard.graphs import _nodes
+
+REQUIRED = os.environ.get("CUGUARD_REQUIRE_COMPILED") == "1"
+
+
+def test_the_flag_says_which_build_runs() -> None:
+    """``cuguard.graphs.compiled`` is true exactly when the module defining ``Node`` is an extension."""
+    assert isinstance(cuguard.graphs.compiled, bool)
+    assert cuguard.graphs.compiled is not (_nodes.__file__ or "").endswith(".py")
+    assert cuguard.graphs.Node is _nodes.Node
+    if REQUIRED:
+        assert cuguard.graphs.compiled
+
+
+def test_compiled_graphs_refuse_the_pure_resources() -> None:
+    """The compiled graphs layer over the pure-Python resources layer refuses to load, naming it (O1)."""
+    if not cuguard.graphs.compiled:
+        if REQUIRED:
+            pytest.fail("the compiled build is required here, but cuguard.graphs._nodes is pure Python")
+        pytest.skip("the pure-Python build of the graphs layer: nothing to refuse")
+    # The resources layer's compiled modules load from their .py sources; its driver calls are missing.
+    code = (
+        "import importlib.machinery, importlib.util, pathlib, sys\n"
+        "import cuguard\n"
+        "package = importlib.machinery.PathFinder.find_spec('cuguard.resources', cuguard.__path__)\n"
+        "folder = pathlib.Path(package.submodule_search_locations[0])\n"
+        "class Missing:\n"
+        "    @staticmethod\n"
+        "    def create_module(spec):\n"
+        "        return None\n"
+        "    @staticmethod\n"
+        "    def exec_module(module):\n"
+        "        raise ImportError('no compiled driver calls in this build')\n"
+        "class PureResources:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'cuguard.resources._native':\n"
+        "            return importlib.util.spec_from_loader(name, Missing)\n"
+        "        head, _, tail = name.rpartition('.')\n"
+        "        if head == 'cuguard.resources' and (folder / (tail + '.py')).is_file():\n"
+        "            return importlib.util.spec_from_file_location(name, folder / (tail + '.py'))\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, PureResources)\n"
+        "import cuguard.resources\n"
+        "from cuguard.resources import _base\n"
+        "assert _base.__file__.endswith('.py'), 'the pure resources did not load'\n"
+        "assert not cuguard.resources.compiled, 'the driver calls loaded'\n"
+        "try:\n"
+        "    import cuguard.graphs\n"
+        "except ImportError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith(
+        "refused: cuguard-graphs is the compiled build but cuguard-resources is the pure-Python one"
+    ), out
