@@ -134,7 +134,10 @@ KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
 #                   definition does (it keeps what the nodes use alive, W5): the driver's share of a gap.
 #   raw_no_switch, cuguard_no_switch: (switch_restore_event only) the same event create+close with the device's
 #                   context current: what the switch itself costs each side is its variant minus these.
-DIAGNOSTICS = ("compiled_floor", "raw_user_object", "raw_no_switch", "cuguard_no_switch")
+#   object_floor:   (event_create_close only) compiled_floor plus the compiled Event object itself, made by its
+#                   factory and dropped closed, with no check, no method call and no context test: what one
+#                   Python object per event costs over the bare calls.
+DIAGNOSTICS = ("compiled_floor", "object_floor", "raw_user_object", "raw_no_switch", "cuguard_no_switch")
 #: ctypes destructors of the benchmark's raw user objects: the driver may call them until the process ends.
 _DESTRUCTORS: list[Any] = []
 
@@ -156,14 +159,15 @@ def _native() -> Any:
     return native.CALLS
 
 
-def _floor(env: Env, builder: Callable[[Any], Variant]) -> Variant:
-    """The ``compiled_floor`` variant (``builder(native)``), or a null with the reason."""
+def _floor(env: Env, builder: Callable[[Any], Variant], name: str = "compiled_floor") -> Variant:
+    """The ``compiled_floor`` variant (or another of the compiled build, ``name``: ``builder(native)``), or a null
+    with the reason."""
     if env.simulated:
         return Variant(reason="the compiled functions call the real driver's entry points only")
     native = _native()
     if native is None:
         return Variant(reason="the pure-Python build of cuguard-resources is installed")
-    return _build("compiled_floor", lambda: builder(native))
+    return _build(name, lambda: builder(native))
 
 
 class _CompiledBuild:
@@ -416,11 +420,28 @@ def op_event(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def object_floor(native: Any) -> Variant:
+        from cuguard.resources._stream import new_event
+
+        create, destroy, ctx, context = native.event_create, native.event_destroy, env.ctx._int, env.ctx
+
+        def fn() -> None:
+            err, h = create(ctx, 2)
+            if err:
+                _fail(err, "event_create")
+            event = new_event(h, context, 0, False)
+            if destroy(h):
+                _fail(err, "event_destroy")
+            event._closed = True  # dropped closed: its finalizer returns at once
+
+        return Variant(fn)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
         "compiled_floor": _floor(env, floor),
+        "object_floor": _floor(env, object_floor, "object_floor"),
     }
     return op
 
