@@ -48,6 +48,7 @@ from typing import Any
 from cuguard.resources import _memory
 from cuguard.resources import _race as race
 from cuguard.resources._base import _unprohibited as unprohibited
+from cuguard.resources._buildcheck import built as compiled_build
 from cuguard.resources._captures import (
     OwnerTable,
     capture_began,
@@ -59,7 +60,6 @@ from cuguard.resources._captures import (
     stream_undestroyed,
     waiting_count,
 )
-from cuguard.resources._buildcheck import built as compiled_build
 from cuguard.resources._fast import compiled_status, follow_compiled, use_compiled
 from cuguard.resources._memory import graph_let_go
 from cuguard.resources._relaxed import on_own_behalf, relaxed_failed
