@@ -128,10 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     launch(stream, LaunchConfig(grid=1, block=1), kernel)
     if graphs:
         definition = GraphDefinition()
-        node = definition.empty()
+        first = node = definition.empty()
         for _ in range(15):
             node = node.join()
         nodes = len(definition.nodes)  # keys the fresh nodes: each Node once
+        # The compiled builder keeps a node's address; its CUgraphNode is made when asked for, and the driver
+        # agrees on the edges between such nodes.
+        node_handle = first.handle
+        check(
+            "a compiled node's handle is a CUgraphNode of its address",
+            type(node_handle).__name__ == "CUgraphNode" and int(node_handle) == first._int,
+            (type(node_handle).__name__, int(node_handle), first._int),
+        )
+        if stub is None:  # (the no-op driver keeps no edges)
+            successors = [n.type for n in first.succ]
+            check("a compiled node's successor is read back from the driver", successors == ["empty"], successors)
         exe = definition.instantiate()
         exe.launch(stream)
         stream.sync()

@@ -98,15 +98,14 @@ class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
     A definition is not thread-safe: mutate it from one thread at a time.
     """
 
-    # The fields building reads are DefinitionFields' (_closed, _driver, _fresh, _handle, _next_order,
-    # _version, and the weak reference slot).
+    # The fields building reads are DefinitionFields' (_closed, _driver, _fresh, _handle, _int,
+    # _next_order, _version, and the weak reference slot).
     __slots__ = (
         "_bodies",
         "_conditions",
         "_context",
         "_executables",
         "_found",
-        "_int",
         "_nodes",
         "_owners",
         "_payload",
@@ -116,7 +115,6 @@ class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
         "_uobj",
     )
 
-    _int: int
     _context: Context | None
     _nodes: dict[int, Node]
     _owners: dict[int, object]

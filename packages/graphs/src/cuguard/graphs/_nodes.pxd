@@ -14,7 +14,7 @@ cdef object _fp
 cdef class Node(Unique):
     cdef object __weakref__
     cdef public object _graph
-    cdef public object _handle
+    cdef public object _h
     cdef public object _info
     cdef public object _key
     cdef public object _kind
@@ -28,6 +28,7 @@ cdef class DefinitionFields(Owned):
     cdef public object _driver
     cdef public object _fresh
     cdef public object _handle
+    cdef public object _int
     cdef public object _next_order
     cdef public object _version
 

@@ -91,11 +91,14 @@ class Node(Unique):
     ``Node`` per driver node.
     """
 
-    __slots__ = ("__weakref__", "_graph", "_handle", "_info", "_key", "_kind", "_order", "_state")
+    __slots__ = ("__weakref__", "_graph", "_h", "_info", "_key", "_kind", "_order", "_state")
 
     _graph: GraphDefinition
-    _handle: Any
-    _key: int  # int(handle), computed when first needed (the hot builders leave it unset)
+    # The node's handle is kept as the bindings' CUgraphNode (_h), as its address (_key), or both: the
+    # pure-Python builder keeps the handle and leaves the address for later, the compiled empty-node
+    # builder keeps the address and leaves the handle for later (_handle makes it when asked).
+    _h: Any
+    _key: int | None
     _kind: str
     _order: int
     _state: int
@@ -108,7 +111,7 @@ class Node(Unique):
     def _make(cls, graph: GraphDefinition, handle: Any, kind: str, order: int, info: dict[str, Any]) -> Node:
         self = cls.__new__(cls)
         self._graph = graph
-        self._handle = handle
+        self._h = handle
         self._key = int(handle)
         self._kind = kind
         self._order = order
@@ -117,14 +120,19 @@ class Node(Unique):
         return self
 
     @property
+    def _handle(self) -> Any:
+        """The ``CUgraphNode`` (for a node the compiled builder made, made from its address on first use)."""
+        handle = self._h
+        if handle is None:
+            handle = self._h = _types().CUgraphNode(self._key)
+        return handle
+
+    @property
     def _int(self) -> int:
         """The handle as an int (what the definition keys its nodes by), computed once."""
-        try:
-            key: int | None = self._key
-        except AttributeError:  # made by the hot builder (pure Python), which leaves it for later
-            key = None
-        if key is None:  # (the compiled build's slot starts as None)
-            key = self._key = int(self._handle)
+        key = self._key
+        if key is None:
+            key = self._key = int(self._h)
         return key
 
     # --- state ---
@@ -598,12 +606,13 @@ class DefinitionFields(Owned):
     :func:`add_empty` reads and updates them without a lookup; its subclass adds the rest.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_driver", "_fresh", "_handle", "_next_order", "_version")
+    __slots__ = ("__weakref__", "_closed", "_driver", "_fresh", "_handle", "_int", "_next_order", "_version")
 
     _closed: bool
     _driver: Any  # the driver_token() it was made under
     _fresh: list[Node]  # nodes the hot builders made, not yet keyed in _nodes (see _settle)
     _handle: Any
+    _int: int  # the handle's address
     _next_order: int
     _version: int
 
@@ -622,8 +631,9 @@ def add_empty(graph: DefinitionFields, deps: tuple[object, ...]) -> Node:
     """
     if graph._closed or graph._driver is not driver_token():
         graph._check_open()  # type: ignore[attr-defined]
+    fp = _fp
     count = len(deps)
-    after: Any = None  # the one dependency's handle
+    after: Any = None  # the one dependency's handle (for the compiled call: its address)
     handles: list[Any] | None = None  # several dependencies' handles
     if count == 1:
         dep = deps[0]
@@ -632,7 +642,14 @@ def add_empty(graph: DefinitionFields, deps: tuple[object, ...]) -> Node:
         first: Node = dep  # type: ignore[assignment]  # (compiled: a typed Node from here on)
         if first._graph is not graph or first._state != _LIVE:
             graph._own(dep, "deps")  # type: ignore[attr-defined]
-        after = first._handle
+        if fp is not None:
+            after = first._key
+            if after is None:
+                after = first._h
+        else:
+            after = first._h
+            if after is None:
+                after = first._handle
     elif count:
         for dep in deps:
             if type(dep) is not Node or dep._graph is not graph or dep._state != _LIVE:
@@ -641,19 +658,24 @@ def add_empty(graph: DefinitionFields, deps: tuple[object, ...]) -> Node:
             graph._deps(deps)  # type: ignore[attr-defined]  # raises: a dependency given twice
         handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
     graph._version += 1
-    fp = _fp
+    node = Node.__new__(Node)
     if fp is not None and count < 2:
-        # Compiled: one dependency (or none) straight to the driver; the status back, raised here.
-        err, handle = fp.graph_add_empty(graph._handle, after)
+        # Compiled: one dependency (or none) straight to the driver, addresses in and out; the status back,
+        # raised here. The node keeps the address; its CUgraphNode is made if ever asked for.
+        err, address = fp.graph_add_empty(graph._int, after)
+        if err:
+            raise_status(err, address)
+        node._h = None
+        node._key = address
     else:
         if count == 1:
             handles = [after]
         err, handle = driver.cuGraphAddEmptyNode(graph._handle, handles, count)
-    if err:
-        raise_status(err, "cuGraphAddEmptyNode")
-    node = Node.__new__(Node)
+        if err:
+            raise_status(err, "cuGraphAddEmptyNode")
+        node._h = handle
+        node._key = None
     node._graph = graph  # type: ignore[assignment]
-    node._handle = handle
     node._kind = "empty"
     node._order = graph._next_order
     node._state = _LIVE

@@ -125,13 +125,12 @@ def _load() -> tuple[CompiledCalls | None, str]:
         return None, f"the compiled extension lacks {', '.join(missing)}: rebuild it from this version's _native.pyx"
     try:
         from cuda.bindings import cydriver
-        from cuda.bindings import driver as real
     except ImportError as exc:
         return None, f"cuda-bindings is not importable ({exc})"
     capi = getattr(cydriver, "__pyx_capi__", None)
     if not isinstance(capi, dict):
         return None, "cuda.bindings.cydriver exports no C entry points (__pyx_capi__)"
-    problems = _native.setup(capi, real.CUgraphNode)
+    problems = _native.setup(capi)
     if problems:
         return None, "entry points of cuda.bindings.cydriver do not fit: " + "; ".join(problems)
     calls: CompiledCalls = _native.CALLS

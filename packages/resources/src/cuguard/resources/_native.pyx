@@ -89,8 +89,6 @@ cdef memcpy_dtoh_async_t p_cuMemcpyDtoHAsync = NULL
 cdef memcpy_htod_t p_cuMemcpyHtoD = NULL
 cdef memcpy_dtoh_t p_cuMemcpyDtoH = NULL
 
-# The cuda-bindings handle type of the nodes graph_add_empty makes (the graphs layer keeps it as it is).
-cdef object t_graphnode = None
 cdef bint ready = False
 
 #: ``CU_STREAM_CAPTURE_STATUS_ACTIVE``.
@@ -177,13 +175,13 @@ cdef int check_ready() except -1:
     return 0
 
 
-def setup(dict capi, graphnode, /):
+def setup(dict capi, /):
     """Resolve every entry point from ``capi`` (``cuda.bindings.cydriver.__pyx_capi__``); return the problems.
 
-    An empty list: ready (``graphnode``, the bindings' ``CUgraphNode``, is kept for ``graph_add_empty``).
-    Otherwise nothing is resolved and every call of :data:`CALLS` refuses with ``RuntimeError``.
+    An empty list: ready. Otherwise nothing is resolved and every call of :data:`CALLS` refuses with
+    ``RuntimeError``.
     """
-    global ready, t_graphnode
+    global ready
     problems = []
     found = {}
     cdef const char *name
@@ -235,7 +233,6 @@ def setup(dict capi, graphnode, /):
     p_cuMemcpyDtoHAsync = <memcpy_dtoh_async_t><uintptr_t>found["cuMemcpyDtoHAsync"]
     p_cuMemcpyHtoD = <memcpy_htod_t><uintptr_t>found["cuMemcpyHtoD"]
     p_cuMemcpyDtoH = <memcpy_dtoh_t><uintptr_t>found["cuMemcpyDtoH"]
-    t_graphnode = graphnode
     ready = True
     return problems
 
@@ -521,7 +518,11 @@ cdef class Calls:
         return err
 
     cpdef tuple graph_add_empty(self, object graph, object dependency):
-        """An empty node after ``dependency`` (or none): ``(0, CUgraphNode)`` | ``(status, call)``."""
+        """An empty node after ``dependency`` (or none): ``(0, the node's address as an int)`` | ``(status, call)``.
+
+        ``graph`` and ``dependency`` are handles or their addresses (ints); the graphs layer keeps the
+        address and makes the bindings' ``CUgraphNode`` only when it is asked for.
+        """
         self.made[12] += 1
         cdef void *g
         cdef void *dep = NULL
@@ -536,7 +537,7 @@ cdef class Calls:
         err = p_cuGraphAddEmptyNode(&node, g, &dep if count else NULL, count)
         if err:
             return failed(err, "cuGraphAddEmptyNode")
-        return (0, t_graphnode(PyLong_FromVoidPtr(node)))
+        return (0, PyLong_FromVoidPtr(node))
 
     cpdef tuple graph_instantiate(self, object context, object graph, unsigned long long flags):
         """Instantiate ``graph`` (the GIL released) in ``context`` if it is current (``None``: wherever).
