@@ -31,6 +31,8 @@ import argparse
 import ctypes
 import json
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,15 +66,27 @@ def main(argv: list[str] | None = None) -> int:
 
     from cuguard.context import Context
     from cuguard.errors import CUDAError, driver
+    from cuguard.errors.lowlevel import on_route_change
     from cuguard.resources import Device, LaunchConfig, _fast, launch
     from cuguard.resources.lowlevel import compiled_status, use_compiled
 
     try:
-        from cuguard.graphs import GraphDefinition
+        from cuguard.graphs import GraphDefinition, flush_deferred, pending_payloads
     except ImportError:  # the resources layer alone: its own hot operations only
         graphs = False
     else:
         graphs = True
+
+        def _released() -> bool:
+            """Whether every graph payload was released (waits up to 30 s for CUDA's callbacks, the release thread)."""
+            deadline = time.monotonic() + 30
+            while pending_payloads() and time.monotonic() < deadline:
+                flush_deferred(timeout=1.0)
+            return not pending_payloads()
+
+    # Set while every seam call goes straight to the real bindings (the compiled calls are used only then).
+    direct = threading.Event()
+    on_route_change(lambda on: direct.set() if on else direct.clear())
     used = tuple(name for name in _fast.COMPILED_FUNCTIONS if graphs or not name.startswith("graph_"))
 
     report: dict[str, Any] = {"status": compiled_status(), "stub": args.stub, "graphs": graphs, "checks": {}}
@@ -151,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         definition.close()
         check("graph lists its 16 nodes", nodes == 16, nodes)
         check("an executable graph's handle is a CUgraphExec", exe_handle_type == "CUgraphExec", exe_handle_type)
+        # CUDA drops the graph's user object on a thread of its own, whenever it chooses; while that
+        # callback runs, every call goes through the seam (O5) and the copies below would not be compiled.
+        if stub is None:  # (the no-op driver never calls a user object's destructor)
+            check("the graph's release delivered", _released(), pending_payloads())
+        check("calls go straight to the driver again", direct.wait(30))
     device_buf = dev.allocate(16)
     pinned = dev.allocate_pinned(16)
     host = bytearray(16)
