@@ -888,7 +888,7 @@ def op_graph_build(env: Env) -> Operation:
 
     def floor(native: Any) -> Variant:
         # The compiled build's driver calls alone: the graph created and destroyed through the bindings
-        # (as cuguard does), each empty node through the compiled call, which returns a CUgraphNode.
+        # (as cuguard does), each empty node through the compiled call, which returns its address.
         create, add, destroy = D.cuGraphCreate, native.graph_add_empty, D.cuGraphDestroy
 
         def fn() -> None:
@@ -1328,10 +1328,10 @@ def call_overhead_ns(repeats: int, target_ns: int) -> float:
 # --- profiling ----------------------------------------------------------------------------
 
 
-def profile(op: Operation, seconds: float = 0.3, top: int = 10) -> list[dict[str, Any]] | str:
-    variant = op.variants.get("cuguard")
+def profile(op: Operation, which: str = "cuguard", seconds: float = 0.3, top: int = 10) -> list[dict[str, Any]] | str:
+    variant = op.variants.get(which)
     if variant is None or variant.fn is None:
-        return "no cuguard variant"
+        return f"no {which} variant"
     fn = variant.fn
     if op.setup is not None:
         op.setup()
@@ -1631,6 +1631,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.profile:
                 try:
                     profiles[op.name] = profile(op)
+                    if op.variants.get("cuguard_fast") is not None:
+                        profiles[op.name + " (compiled)"] = profile(op, "cuguard_fast")
                 except Exception as exc:  # noqa: BLE001 - profiling is best effort
                     profiles[op.name] = f"{type(exc).__name__}: {exc}"
             results[op.name] = measure(op, repeats, target_ns)

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import cuguard.graphs
-from cuguard.graphs import _nodes
+from cuguard.graphs import _executable, _nodes
 
 REQUIRED = os.environ.get("CUGUARD_REQUIRE_COMPILED") == "1"
 
@@ -26,6 +26,9 @@ def test_the_flag_says_which_build_runs() -> None:
     assert isinstance(cuguard.graphs.compiled, bool)
     assert cuguard.graphs.compiled is not (_nodes.__file__ or "").endswith(".py")
     assert cuguard.graphs.Node is _nodes.Node
+    # Both compiled modules come from one build: the executable graph's module is compiled exactly when Node's is.
+    assert cuguard.graphs.compiled is not (_executable.__file__ or "").endswith(".py")
+    assert cuguard.graphs.Graph is _executable.Graph
     if REQUIRED:
         assert cuguard.graphs.compiled
 

@@ -27,9 +27,9 @@
 Every multi-step mutation is all-or-nothing (contract B4, G3); nodes keep what
 they use alive until CUDA has dropped every graph that may use it (G5, W5).
 
-The layer is built two ways from one source: pure Python, and compiled (nodes
-and the empty-node builder compiled, the definition's building state in C
-slots). :data:`compiled` says which one is running; both behave the same.
+The layer is built two ways from one source: pure Python, and compiled (nodes,
+the empty-node builder and executable graphs compiled, the definition's
+building state in C slots). :data:`compiled` says which one is running; both behave the same.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from cuguard.context import Context, call_in, init_driver
+from cuguard.context import Context, init_driver
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
@@ -30,10 +30,10 @@ from cuguard.graphs import _compat, _lifetime
 from cuguard.graphs._builders import NodeBuilders
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
 from cuguard.graphs._edges import apply_edges
-from cuguard.graphs._executable import Graph
+from cuguard.graphs._executable import Graph, instantiate
 from cuguard.graphs._nodes import _KINDS, _LIVE, _PLURAL, DefinitionFields, Node, _iterable, _order
 from cuguard.resources import Device
-from cuguard.resources.lowlevel import OwnerTable, follow_compiled, retain
+from cuguard.resources.lowlevel import OwnerTable, retain
 
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import GraphCondition
@@ -46,18 +46,6 @@ _RETAIN_MOVE = 1  # CU_GRAPH_USER_OBJECT_MOVE
 
 def _owner_key(obj: object) -> int:
     return id(obj)
-
-
-# The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
-_fp: Any = None
-
-
-def _compiled_changed(ops: Any) -> None:
-    global _fp
-    _fp = ops
-
-
-follow_compiled(_compiled_changed)
 
 
 def _context_of(device: Device | Context | None) -> Context | None:
@@ -574,45 +562,7 @@ class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
         (``ValueError`` naming the unused ones), and only one executable graph
         of the definition may be open at a time (``RuntimeError``).
         """
-        if self._closed or self._driver is not driver_token():
-            self._check_open()  # raises
-        if self._owners:
-            _check_owners(self, self._owners, "instantiated")
-        if self._conditions:
-            from cuguard.graphs import _conditional
-
-            _conditional.check_instantiable(self)
-        kinds, edges, _ = self._signature()
-        # The executable graph inherits the payload's user object: it keeps what later
-        # updates bring alive too (see Graph.update), so a definition without owners gets one now.
-        fresh = None if self._payload else self._attach()
-        context = self._context
-        try:
-            handle = None
-            fp = _fp
-            if fp is not None and (context is None or not context._closed):
-                # Compiled: the context check and the instantiate in one call (-1: another context is
-                # current, nothing made: switch in below); the executable graph comes back as an int.
-                err, handle = fp.graph_instantiate(None if context is None else context._int, self._handle, 0)
-                if err:
-                    if err != -1:
-                        raise_status(err, handle)
-                    handle = None
-            if handle is None:
-                if context is None:
-                    handle = _instantiate(self._handle)
-                else:
-                    handle = call_in(context, _instantiate, _exec_destroy, self._handle)
-        except BaseException as exc:
-            if fresh is not None:
-                self._detach(fresh, exc)
-            raise
-        self._shared = True  # the executable graph holds the payload's user object too
-        graph = Graph._make(handle, context, self._owners, (kinds, edges), self)
-        if self._conditions:
-            self._executables = [ref for ref in self._executables or () if ref() is not None]
-            self._executables.append(weakref.ref(graph))
-        return graph
+        return instantiate(self)
 
     def _add_condition(self, condition: GraphCondition) -> None:
         """Record a condition made in this definition or one of its bodies (see :meth:`instantiate`)."""
@@ -688,16 +638,3 @@ def _destructor() -> Any:
     if not _destructor_fn:
         _destructor_fn.append(_types().CUhostFn(_lifetime.destructor_address()))
     return _destructor_fn[0]
-
-
-def _instantiate(graph: Any) -> Any:
-    err, handle = driver.cuGraphInstantiate(graph, 0)
-    if err:
-        raise_status(err, "cuGraphInstantiate")
-    return handle
-
-
-def _exec_destroy(handle: Any) -> None:
-    (err,) = driver.cuGraphExecDestroy(handle)
-    if err:
-        raise_status(err, "cuGraphExecDestroy")

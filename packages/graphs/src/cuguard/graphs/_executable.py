@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from cuguard.context import Context
+from cuguard.context import Context, call_in
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
@@ -18,8 +19,9 @@ from cuguard.errors import (
     report_error,
 )
 from cuguard.errors.lowlevel import ATTRIBUTING, refuse_construction, wrong_kind
+from cuguard.errors.owners import Owned  # from its defining module: the compiled Graph derives from it
 from cuguard.graphs import _updates
-from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
+from cuguard.graphs._common import _UNINSTALLED, _check_owners, _types
 from cuguard.resources import (
     Buffer,
     Event,
@@ -81,7 +83,7 @@ class GraphUpdateError(CUDAError, ValueError):
         super().__init__(_GRAPH_EXEC_UPDATE_FAILURE, call, f"{reason}: {detail}")
 
 
-class Graph(_Collected):
+class Graph(Owned):
     """An executable graph (a ``CUgraphExec``), made by :meth:`GraphDefinition.instantiate`.
 
     :meth:`launch` queues it on a stream; :meth:`upload` prepares it;
@@ -116,26 +118,18 @@ class Graph(_Collected):
     def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(Graph, "GraphDefinition.instantiate()")
 
-    @classmethod
-    def _make(
-        cls,
-        handle: Any,
-        context: Context | None,
-        owners: dict[int, object],
-        signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
-        origin: GraphDefinition | None = None,
-    ) -> Graph:
-        self = cls.__new__(cls)
-        self._origin = None if origin is None else weakref.ref(origin)
-        self._handle = handle
-        self._int = int(handle)
-        self._driver = driver_token()
-        self._closed = False
-        self._context = context
-        self._owners = owners
-        self._released_with_close = _released_with_close(owners)
-        self._signature = signature
-        return self
+    # sys.is_finalizing, bound in the class: at the very end of finalization the sys module (and this
+    # module's globals) may be cleared while a graph is still alive (S1).
+    _finalizing = staticmethod(sys.is_finalizing)
+
+    def __del__(self) -> None:
+        # As every collected definition and builder (_common._Collected); written here because the compiled
+        # Graph cannot derive from a Python class.
+        if getattr(self, "_closed", True) or self._finalizing():
+            return
+        if self._driver is not driver_token():
+            return  # its driver was uninstalled: nothing of it is released here or said (O3)
+        self._collected()
 
     @property
     def handle(self) -> Any:
@@ -428,6 +422,92 @@ class Graph(_Collected):
             return
         if err:
             report(err, call, self._handle, "the executable graph was leaked", context=context)
+
+
+def instantiate(definition: GraphDefinition) -> Graph:
+    """:meth:`GraphDefinition.instantiate` (its docstring says what happens on failure): here, to be compiled."""
+    if definition._closed or definition._driver is not driver_token():
+        definition._check_open()  # raises
+    owners = definition._owners
+    if owners:
+        _check_owners(definition, owners, "instantiated")
+    conditions = definition._conditions
+    if conditions:
+        from cuguard.graphs import _conditional
+
+        _conditional.check_instantiable(definition)
+    shape = definition._shape  # the definition's cached signature, read without a call while current
+    if shape is not None and shape[0] == definition._version:
+        kinds, edges, _ = shape[1]
+    else:
+        kinds, edges, _ = definition._signature()
+    # The executable graph inherits the payload's user object: it keeps what later
+    # updates bring alive too (see Graph.update), so a definition without owners gets one now.
+    fresh = None if definition._payload else definition._attach()
+    context = definition._context
+    try:
+        handle = None
+        fp = _fp
+        if fp is not None and (context is None or not context._closed):
+            # Compiled: the context check and the instantiate in one call (-1: another context is
+            # current, nothing made: switch in below); the executable graph comes back as an int.
+            err, handle = fp.graph_instantiate(None if context is None else context._int, definition._handle, 0)
+            if err:
+                if err != -1:
+                    raise_status(err, handle)
+                handle = None
+        if handle is None:
+            if context is None:
+                handle = _instantiate(definition._handle)
+            else:
+                handle = call_in(context, _instantiate, _exec_destroy, definition._handle)
+    except BaseException as exc:
+        if fresh is not None:
+            definition._detach(fresh, exc)
+        raise
+    definition._shared = True  # the executable graph holds the payload's user object too
+    graph = new_graph(handle, context, definition._owners, (kinds, edges), definition)
+    if conditions:
+        definition._executables = [ref for ref in definition._executables or () if ref() is not None]
+        definition._executables.append(weakref.ref(graph))
+    return graph
+
+
+def _instantiate(graph: Any) -> Any:
+    err, handle = driver.cuGraphInstantiate(graph, 0)
+    if err:
+        raise_status(err, "cuGraphInstantiate")
+    return handle
+
+
+def _exec_destroy(handle: Any) -> None:
+    (err,) = driver.cuGraphExecDestroy(handle)
+    if err:
+        raise_status(err, "cuGraphExecDestroy")
+
+
+def new_graph(
+    handle: Any,
+    context: Context | None,
+    owners: dict[int, object],
+    signature: tuple[tuple[str, ...], frozenset[tuple[int, int]]],
+    origin: GraphDefinition,
+) -> Graph:
+    """The :class:`Graph` of a just-instantiated ``handle`` (a ``CUgraphExec`` or its address) of ``origin``.
+
+    Only fields are set (nothing can fail after the driver made the graph); the compiled build sets its C slots.
+    """
+    graph = Graph.__new__(Graph)
+    graph._origin = weakref.ref(origin)
+    graph._handle = handle
+    graph._int = int(handle)
+    graph._driver = driver_token()
+    graph._closed = False
+    graph._context = context
+    graph._owners = owners
+    graph._released_with_close = _released_with_close(owners)
+    graph._signature = signature
+    return graph
 
 
 def _destroy_status(handle: Any) -> tuple[Any, str]:

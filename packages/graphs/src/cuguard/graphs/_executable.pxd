@@ -1,0 +1,28 @@
+# The compiled build of _executable.py (Cython's pure-Python mode): Graph is a compiled class whose
+# fields are C slots, made by new_graph (a C function setting them); launch and close, its hot methods,
+# read them as C slots. The module's other functions and classes are compiled from the same source.
+cimport cython
+
+from cuguard.errors.owners cimport Owned
+
+# The resources layer's compiled calls while in use (else None): a C global, read without a lookup.
+cdef object _fp
+
+
+cdef class Graph(Owned):
+    cdef object __weakref__
+    cdef public object _closed
+    cdef public object _context
+    cdef public object _driver
+    cdef public object _handle
+    cdef public object _int
+    cdef public object _origin
+    cdef public object _owners
+    cdef public object _released_with_close
+    cdef public object _signature
+
+
+@cython.locals(graph=Graph)
+cpdef Graph new_graph(handle, context, owners, signature, origin)
+
+cpdef Graph instantiate(definition)
