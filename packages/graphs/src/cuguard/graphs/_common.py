@@ -28,7 +28,11 @@ def _types() -> Any:
 
 
 class _Collected(Owned):
-    """Collection of a definition or an executable graph: destroyed by ``_collect``, or not at all."""
+    """Collection of a capture's builder: destroyed by ``_collect``, or not at all.
+
+    Definitions (``DefinitionFields``) and executable graphs (``Graph``) have the same finalizer written in
+    their own classes, which are compiled classes in the compiled build and cannot derive from this one.
+    """
 
     __slots__ = ()
 

@@ -9,11 +9,10 @@ itself. Arguments are validated before any driver call (E3).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from cuguard.context import Context, init_driver
+from cuguard.context import Context
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
@@ -28,10 +27,22 @@ from cuguard.errors import (
 from cuguard.errors.lowlevel import wrong_kind
 from cuguard.graphs import _compat, _lifetime
 from cuguard.graphs._builders import NodeBuilders
-from cuguard.graphs._common import _UNINSTALLED, _check_owners, _Collected, _types
+from cuguard.graphs._common import _UNINSTALLED, _check_owners, _types
 from cuguard.graphs._edges import apply_edges
 from cuguard.graphs._executable import Graph, instantiate
-from cuguard.graphs._nodes import _KINDS, _LIVE, _PLURAL, DefinitionFields, Node, _iterable, _order
+from cuguard.graphs._nodes import (
+    _KINDS,
+    _LIVE,
+    _PLURAL,
+    DefinitionFields,
+    Node,
+    _iterable,
+    _order,
+    close_definition,
+    create_definition,
+    forget_fields,
+    setup_fields,
+)
 from cuguard.resources import Device
 from cuguard.resources.lowlevel import OwnerTable, retain
 
@@ -48,15 +59,7 @@ def _owner_key(obj: object) -> int:
     return id(obj)
 
 
-def _context_of(device: Device | Context | None) -> Context | None:
-    if device is None or isinstance(device, Context):
-        return device
-    if isinstance(device, Device):
-        return device.context
-    raise TypeError(f"device must be a Device, a Context or None, not {type(device).__name__}")
-
-
-class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
+class GraphDefinition(DefinitionFields, NodeBuilders):
     """An explicit CUDA graph under construction (a ``CUgraph``).
 
     ``GraphDefinition(device)`` creates an empty graph. ``device`` (a
@@ -86,49 +89,11 @@ class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
     A definition is not thread-safe: mutate it from one thread at a time.
     """
 
-    # The fields building reads are DefinitionFields' (_closed, _driver, _fresh, _handle, _int,
-    # _next_order, _version, and the weak reference slot).
-    __slots__ = (
-        "_bodies",
-        "_conditions",
-        "_context",
-        "_executables",
-        "_found",
-        "_nodes",
-        "_owners",
-        "_payload",
-        "_shape",
-        "_shared",
-        "_source",
-        "_uobj",
-    )
-
-    _context: Context | None
-    _nodes: dict[int, Node]
-    _owners: dict[int, object]
-    _payload: bool
-    _shared: bool  # whether an executable graph reads this very payload (see _privatize)
-    _uobj: Any  # the payload's user object while attached
-    _bodies: list[Any]  # the bodies of its conditional nodes, nested ones included
-    # Conditions made in it and its bodies, and (once it has some) weak references to the executable
-    # graphs made from it: CUDA instantiates a graph with conditions once at a time, all of them used.
-    # Both are None until the first condition.
-    _conditions: list[GraphCondition] | None
-    _executables: list[weakref.ref[Graph]] | None
-    _found: dict[int, Node]
-    _source: int
-    _shape: tuple[int, tuple[tuple[str, ...], frozenset[tuple[int, int]], list[Node]]] | None
+    # Every field is DefinitionFields' (a compiled class in the compiled build).
+    __slots__ = ()
 
     def __init__(self, device: Device | Context | None = None) -> None:
-        context = _context_of(device)
-        if context is not None and context._closed:
-            raise context._refusal()
-        self._closed = True  # until fully built: __del__ must not release anything
-        init_driver()
-        err, handle = driver.cuGraphCreate(0)
-        if err:
-            raise_status(err, "cuGraphCreate")
-        self._setup(handle, context, {}, 0)
+        create_definition(self, device)
 
     @classmethod
     def _adopt(
@@ -141,24 +106,7 @@ class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
 
     def _setup(self, handle: Any, context: Context | None, owners: dict[int, object], next_order: int) -> None:
         """Adopt the new ``handle``; with owners, attach their user object, destroying the graph on failure (G1)."""
-        self._handle = handle
-        self._int = int(handle)
-        self._driver = driver_token()
-        self._context = context
-        self._nodes = {}
-        self._fresh = []
-        self._owners = owners
-        self._payload = False
-        self._shared = False
-        self._uobj = None
-        self._bodies = []
-        self._conditions = None
-        self._executables = None
-        self._next_order = next_order
-        self._found = {}
-        self._source = 0
-        self._version = 0
-        self._shape = None
+        setup_fields(self, handle, context, owners, next_order)
         if owners:
             try:
                 self._attach()
@@ -570,33 +518,12 @@ class GraphDefinition(DefinitionFields, _Collected, NodeBuilders):
             self._conditions = []
         self._conditions.append(condition)
 
-    def close(self) -> None:
-        """Destroy the graph now (``cuGraphDestroy``). Idempotent.
-
-        Executable graphs made from it are unaffected. If the driver refuses,
-        :class:`~cuguard.errors.CUDAError` is raised and the graph is leaked
-        (never destroyed again).
-        """
-        if self._driver is not driver_token():  # O3 before idempotence: as every other close()
-            raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
-        if self._closed:
-            return
-        self._closed = True
-        self._forget()
-        (err,) = driver.cuGraphDestroy(self._handle)
-        if err:
-            raise CUDAError(err, "cuGraphDestroy", f"graph {format_handle(self._int)} was leaked")
+    # Destroy the graph now: the function itself, so that the compiled build calls it without a Python frame.
+    close = close_definition
 
     def _forget(self) -> None:
         """Drop this object's own references to nodes and owners (the payload keeps what CUDA may use)."""
-        for body in list(self._bodies):
-            body._close_with_node()  # CUDA destroys the bodies of conditional nodes with the graph
-        self._bodies = []
-        self._nodes = {}
-        self._fresh = []
-        self._found = {}
-        self._owners = {}
-        self._shape = None
+        forget_fields(self)
 
     def _collect(self) -> None:
         """Destroy a collected definition; failures are warnings (W1)."""

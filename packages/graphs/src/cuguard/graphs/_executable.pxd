@@ -4,6 +4,7 @@
 cimport cython
 
 from cuguard.errors.owners cimport Owned
+from cuguard.graphs._nodes cimport DefinitionFields
 
 # The resources layer's compiled calls while in use (else None): a C global, read without a lookup.
 cdef object _fp
@@ -25,4 +26,4 @@ cdef class Graph(Owned):
 @cython.locals(graph=Graph)
 cpdef Graph new_graph(handle, context, owners, signature, origin)
 
-cpdef Graph instantiate(definition)
+cpdef Graph instantiate(DefinitionFields definition)

@@ -1,7 +1,7 @@
 # The compiled build of _nodes.py (Cython's pure-Python mode): Node is a compiled class whose fields are
-# C slots, GraphDefinition sits on a compiled base (DefinitionFields) holding the fields building reads,
-# and add_empty, the hot path of empty() and join(), reads both as C slots (its driver call is the
-# resources layer's compiled call while in use). The module's other functions and classes are compiled
+# C slots, GraphDefinition sits on a compiled base (DefinitionFields) holding its fields, made, set
+# up and released by compiled functions, and add_empty, the hot path of empty() and join(), reads both
+# as C slots (its driver call is the resources layer's compiled call while in use). The module's other functions and classes are compiled
 # from the same source.
 cimport cython
 
@@ -24,14 +24,31 @@ cdef class Node(Unique):
 
 cdef class DefinitionFields(Owned):
     cdef object __weakref__
+    cdef public object _bodies
     cdef public object _closed
+    cdef public object _conditions
+    cdef public object _context
     cdef public object _driver
+    cdef public object _executables
+    cdef public object _found
     cdef public object _fresh
     cdef public object _handle
     cdef public object _int
     cdef public object _next_order
+    cdef public object _nodes
+    cdef public object _owners
+    cdef public object _payload
+    cdef public object _shape
+    cdef public object _shared
+    cdef public object _source
+    cdef public object _uobj
     cdef public object _version
 
 
 @cython.locals(node=Node, first=Node, fresh=list)
 cpdef Node add_empty(DefinitionFields graph, tuple deps)
+
+cpdef create_definition(DefinitionFields graph, device=*)
+cpdef setup_fields(DefinitionFields graph, handle, context, owners, next_order)
+cpdef forget_fields(DefinitionFields graph)
+cpdef close_definition(DefinitionFields graph)

@@ -8,10 +8,12 @@ module). Arguments are validated before any driver call (E3).
 from __future__ import annotations
 
 import ctypes
+import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, MutableSet, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cuguard.context import call_in
+from cuguard.context import Context, call_in, init_driver
 from cuguard.errors import (
     CUDAError,
     ResourceClosedError,
@@ -23,7 +25,7 @@ from cuguard.errors import (
 )
 from cuguard.errors.lowlevel import int_argument, is_integer, refuse_construction, wrong_kind
 from cuguard.errors.owners import Owned, Unique  # from their defining module: the compiled classes derive from them
-from cuguard.graphs._common import _types
+from cuguard.graphs._common import _UNINSTALLED, _types
 from cuguard.graphs._edges import apply_edges
 from cuguard.resources import (
     Buffer,
@@ -39,8 +41,19 @@ from cuguard.resources.lowlevel import check_read_only, follow_compiled, memory_
 if TYPE_CHECKING:
     from cuguard.graphs._conditional import ConditionalBody, GraphCondition
     from cuguard.graphs._definition import GraphDefinition
+    from cuguard.graphs._executable import Graph
 
-__all__ = ["DefinitionFields", "EdgeView", "Node", "add_empty"]
+__all__ = [
+    "DefinitionFields",
+    "EdgeView",
+    "Node",
+    "add_empty",
+    "close_definition",
+    "context_of",
+    "create_definition",
+    "forget_fields",
+    "setup_fields",
+]
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 # In the compiled build it is typed (_nodes.pxd): its methods are C calls.
@@ -600,13 +613,34 @@ _PLURAL = frozenset({"deps", "nodes", "others", "other", "edges"})
 
 
 class DefinitionFields(Owned):
-    """The state of a graph definition that building reads: a base of ``GraphDefinition`` only.
+    """The state of a graph definition: a base of ``GraphDefinition`` only.
 
     In the compiled build it is a compiled class (``_nodes.pxd``) whose fields are C slots, so that
-    :func:`add_empty` reads and updates them without a lookup; its subclass adds the rest.
+    :func:`add_empty` and the definition's creation and release read and write them without a lookup.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_driver", "_fresh", "_handle", "_int", "_next_order", "_version")
+    __slots__ = (
+        "__weakref__",
+        "_bodies",
+        "_closed",
+        "_conditions",
+        "_context",
+        "_driver",
+        "_executables",
+        "_found",
+        "_fresh",
+        "_handle",
+        "_int",
+        "_next_order",
+        "_nodes",
+        "_owners",
+        "_payload",
+        "_shape",
+        "_shared",
+        "_source",
+        "_uobj",
+        "_version",
+    )
 
     _closed: bool
     _driver: Any  # the driver_token() it was made under
@@ -615,6 +649,121 @@ class DefinitionFields(Owned):
     _int: int  # the handle's address
     _next_order: int
     _version: int
+    _context: Context | None
+    _nodes: dict[int, Node]
+    _owners: dict[int, object]
+    _payload: bool
+    _shared: bool  # whether an executable graph reads this very payload (see GraphDefinition._privatize)
+    _uobj: Any  # the payload's user object while attached
+    _bodies: list[Any]  # the bodies of its conditional nodes, nested ones included
+    # Conditions made in it and its bodies, and (once it has some) weak references to the executable
+    # graphs made from it: CUDA instantiates a graph with conditions once at a time, all of them used.
+    # Both are None until the first condition.
+    _conditions: list[GraphCondition] | None
+    _executables: list[weakref.ref[Graph]] | None
+    _found: dict[int, Node]
+    _source: int
+    _shape: tuple[int, tuple[tuple[str, ...], frozenset[tuple[int, int]], list[Node]]] | None
+
+    # sys.is_finalizing, bound in the class: at the very end of finalization the sys module (and this
+    # module's globals) may be cleared while a definition is still alive (S1).
+    _finalizing = staticmethod(sys.is_finalizing)
+
+    def __del__(self) -> None:
+        # As every collected builder and executable graph (_common._Collected), written here so that the
+        # compiled build's finalizer is compiled too.
+        if getattr(self, "_closed", True) or self._finalizing():
+            return
+        if self._driver is not driver_token():
+            return  # its driver was uninstalled: nothing of it is released here or said (O3)
+        self._collected()
+
+
+def context_of(device: Device | Context | None) -> Context | None:
+    """The context a definition made for ``device`` instantiates in (``TypeError`` for anything else)."""
+    if device is None or isinstance(device, Context):
+        return device
+    if isinstance(device, Device):
+        return device.context
+    raise TypeError(f"device must be a Device, a Context or None, not {type(device).__name__}")
+
+
+def create_definition(graph: DefinitionFields, device: Device | Context | None = None) -> None:
+    """Create an empty graph (``cuGraphCreate``) for ``device``: ``GraphDefinition(device)``.
+
+    ``device`` is a :class:`~cuguard.resources.Device`, a :class:`~cuguard.context.Context` or
+    ``None`` (see the class). Raises ``TypeError`` for anything else and ``ResourceClosedError``
+    for a closed context, before any driver call; :class:`~cuguard.errors.CUDAError` when the
+    driver refuses ``cuInit`` or ``cuGraphCreate``. Nothing is created when it raises (G1).
+    """
+    context = context_of(device)
+    if context is not None and context._closed:
+        raise context._refusal()
+    graph._closed = True  # until fully built: __del__ must not release anything
+    init_driver()
+    err, handle = driver.cuGraphCreate(0)
+    if err:
+        raise_status(err, "cuGraphCreate")
+    setup_fields(graph, handle, context, {}, 0)
+    graph._closed = False
+
+
+def setup_fields(
+    graph: DefinitionFields, handle: Any, context: Context | None, owners: dict[int, object], next_order: int
+) -> None:
+    """Give ``graph`` the fields of a new definition of ``handle`` (all but ``_closed``); cannot fail."""
+    graph._handle = handle
+    graph._int = int(handle)
+    graph._driver = driver_token()
+    graph._context = context
+    graph._nodes = {}
+    graph._fresh = []
+    graph._owners = owners
+    graph._payload = False
+    graph._shared = False
+    graph._uobj = None
+    graph._bodies = []
+    graph._conditions = None
+    graph._executables = None
+    graph._next_order = next_order
+    graph._found = {}
+    graph._source = 0
+    graph._version = 0
+    graph._shape = None
+
+
+def forget_fields(graph: DefinitionFields) -> None:
+    """Drop the definition's own references to nodes and owners (the payload keeps what CUDA may use)."""
+    bodies = graph._bodies
+    if bodies:
+        for body in list(bodies):
+            body._close_with_node()  # CUDA destroys the bodies of conditional nodes with the graph
+        graph._bodies = []
+    graph._nodes = {}
+    graph._fresh = []
+    graph._found = {}
+    graph._owners = {}
+    graph._shape = None
+
+
+def close_definition(graph: DefinitionFields) -> None:
+    """Destroy the graph now (``cuGraphDestroy``). Idempotent.
+
+    Executable graphs made from it are unaffected. If the driver refuses,
+    :class:`~cuguard.errors.CUDAError` is raised and the graph is leaked
+    (never destroyed again). Raises ``ResourceClosedError``, releasing
+    nothing, when the definition belongs to a driver that is no longer
+    installed (O3).
+    """
+    if graph._driver is not driver_token():  # O3 before idempotence: as every other close()
+        raise ResourceClosedError(_UNINSTALLED.format(graph) + "; nothing was released")
+    if graph._closed:
+        return
+    graph._closed = True
+    forget_fields(graph)
+    (err,) = driver.cuGraphDestroy(graph._handle)
+    if err:
+        raise CUDAError(err, "cuGraphDestroy", f"graph {format_handle(graph._int)} was leaked")
 
 
 _NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
