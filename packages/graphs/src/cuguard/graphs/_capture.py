@@ -39,10 +39,11 @@ from cuguard.errors import (
 )
 from cuguard.errors.lowlevel import wrong_kind
 from cuguard.graphs._capture_branches import CaptureBranches, _close_noting
-from cuguard.graphs._common import _UNINSTALLED, _Collected, _types
+from cuguard.graphs._common import _UNINSTALLED, _types
 from cuguard.graphs._conditional import GraphCondition
 from cuguard.graphs._definition import GraphDefinition
 from cuguard.graphs._executable import Graph
+from cuguard.graphs._nodes import Collected
 from cuguard.resources import Event, Stream
 from cuguard.resources.lowlevel import (
     OwnerTable,
@@ -178,7 +179,7 @@ class _Capture:
         return f"<capture of {self.builder!r}>"
 
 
-class GraphBuilder(_Collected, CaptureBranches):
+class GraphBuilder(Collected, CaptureBranches):
     """Builds a graph definition by capturing the work queued on a stream (cuda.core's ``GraphBuilder``).
 
     ``GraphBuilder(stream)`` wraps ``stream`` (a :class:`~cuguard.resources.Stream`;

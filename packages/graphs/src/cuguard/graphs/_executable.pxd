@@ -3,14 +3,13 @@
 # read them as C slots. The module's other functions and classes are compiled from the same source.
 cimport cython
 
-from cuguard.errors.owners cimport Owned
-from cuguard.graphs._nodes cimport DefinitionFields
+from cuguard.graphs._nodes cimport Collected, DefinitionFields
 
 # The resources layer's compiled calls while in use (else None): a C global, read without a lookup.
 cdef object _fp
 
 
-cdef class Graph(Owned):
+cdef class Graph(Collected):
     cdef object __weakref__
     cdef public object _closed
     cdef public object _context

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -19,9 +18,9 @@ from cuguard.errors import (
     report_error,
 )
 from cuguard.errors.lowlevel import ATTRIBUTING, refuse_construction, wrong_kind
-from cuguard.errors.owners import Owned  # from its defining module: the compiled Graph derives from it
 from cuguard.graphs import _updates
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _types
+from cuguard.graphs._nodes import Collected
 from cuguard.resources import (
     Buffer,
     Event,
@@ -83,7 +82,7 @@ class GraphUpdateError(CUDAError, ValueError):
         super().__init__(_GRAPH_EXEC_UPDATE_FAILURE, call, f"{reason}: {detail}")
 
 
-class Graph(Owned):
+class Graph(Collected):
     """An executable graph (a ``CUgraphExec``), made by :meth:`GraphDefinition.instantiate`.
 
     :meth:`launch` queues it on a stream; :meth:`upload` prepares it;
@@ -117,19 +116,6 @@ class Graph(Owned):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         refuse_construction(Graph, "GraphDefinition.instantiate()")
-
-    # sys.is_finalizing, bound in the class: at the very end of finalization the sys module (and this
-    # module's globals) may be cleared while a graph is still alive (S1).
-    _finalizing = staticmethod(sys.is_finalizing)
-
-    def __del__(self) -> None:
-        # As every collected definition and builder (_common._Collected); written here because the compiled
-        # Graph cannot derive from a Python class.
-        if getattr(self, "_closed", True) or self._finalizing():
-            return
-        if self._driver is not driver_token():
-            return  # its driver was uninstalled: nothing of it is released here or said (O3)
-        self._collected()
 
     @property
     def handle(self) -> Any:

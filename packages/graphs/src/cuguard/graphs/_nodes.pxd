@@ -22,7 +22,11 @@ cdef class Node(Unique):
     cdef public object _state
 
 
-cdef class DefinitionFields(Owned):
+cdef class Collected(Owned):
+    pass
+
+
+cdef class DefinitionFields(Collected):
     cdef object __weakref__
     cdef public object _bodies
     cdef public object _closed

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from cuguard.graphs._executable import Graph
 
 __all__ = [
+    "Collected",
     "DefinitionFields",
     "EdgeView",
     "Node",
@@ -612,7 +613,31 @@ class EdgeView(MutableSet[Node]):
 _PLURAL = frozenset({"deps", "nodes", "others", "other", "edges"})
 
 
-class DefinitionFields(Owned):
+class Collected(Owned):
+    """Collection of a definition, an executable graph or a capture's builder: ``_collect``, or nothing.
+
+    A compiled class in the compiled build (the finalizer compiled too), the base of the compiled
+    ``DefinitionFields`` and ``Graph`` and of the Python ``GraphBuilder``. Nothing is released when
+    the object is closed or was never fully made, during interpreter shutdown (S1), or when its driver
+    was uninstalled (O3); otherwise the release runs now or on the release thread (O5), its failures
+    warnings (W1).
+    """
+
+    __slots__ = ()  # its subclasses have the _closed and _driver it reads
+
+    # sys.is_finalizing, bound in the class: at the very end of finalization the sys module (and this
+    # module's globals) may be cleared while such an object is still alive (S1).
+    _finalizing = staticmethod(sys.is_finalizing)
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True) or self._finalizing():
+            return
+        if getattr(self, "_driver", None) is not driver_token():
+            return  # its driver was uninstalled: nothing of it is released here or said (O3)
+        self._collected()
+
+
+class DefinitionFields(Collected):
     """The state of a graph definition: a base of ``GraphDefinition`` only.
 
     In the compiled build it is a compiled class (``_nodes.pxd``) whose fields are C slots, so that
@@ -664,19 +689,6 @@ class DefinitionFields(Owned):
     _found: dict[int, Node]
     _source: int
     _shape: tuple[int, tuple[tuple[str, ...], frozenset[tuple[int, int]], list[Node]]] | None
-
-    # sys.is_finalizing, bound in the class: at the very end of finalization the sys module (and this
-    # module's globals) may be cleared while a definition is still alive (S1).
-    _finalizing = staticmethod(sys.is_finalizing)
-
-    def __del__(self) -> None:
-        # As every collected builder and executable graph (_common._Collected), written here so that the
-        # compiled build's finalizer is compiled too.
-        if getattr(self, "_closed", True) or self._finalizing():
-            return
-        if self._driver is not driver_token():
-            return  # its driver was uninstalled: nothing of it is released here or said (O3)
-        self._collected()
 
 
 def context_of(device: Device | Context | None) -> Context | None:
