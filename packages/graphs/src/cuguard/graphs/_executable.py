@@ -422,11 +422,7 @@ def instantiate(definition: GraphDefinition) -> Graph:
         from cuguard.graphs import _conditional
 
         _conditional.check_instantiable(definition)
-    shape = definition._shape  # the definition's cached signature, read without a call while current
-    if shape is not None and shape[0] == definition._version:
-        kinds, edges, _ = shape[1]
-    else:
-        kinds, edges, _ = definition._signature()
+    kinds, edges, _ = definition._signature()
     # The executable graph inherits the payload's user object: it keeps what later
     # updates bring alive too (see Graph.update), so a definition without owners gets one now.
     fresh = None if definition._payload else definition._attach()
