@@ -234,3 +234,23 @@ def test_the_real_driver_has_one_token_however_it_is_reached() -> None:
     other = _Wrapper(None)
     with use_driver(other):
         assert driver_token() is other
+
+
+@pytest.mark.contract("O3")
+def test_the_settled_token_follows_every_install_and_wrapper() -> None:
+    # SETTLED_TOKEN[0] is what hot paths compare an object's token with instead of calling
+    # driver_token(): it must be driver_token()'s answer after every change of driver.
+    from cuguard.errors.lowlevel import SETTLED_TOKEN
+
+    driver_token()  # the default driver chosen (the variable is unset here: the real one)
+    plain = driver_token()
+    assert SETTLED_TOKEN[0] is plain
+    first, second = FakeDriver("first"), FakeDriver("second")
+    with use_driver(first):
+        assert SETTLED_TOKEN[0] is driver_token() is first
+        with use_driver(_Wrapper(first)):
+            assert SETTLED_TOKEN[0] is first
+        with use_driver(second):
+            assert SETTLED_TOKEN[0] is driver_token() is second
+        assert SETTLED_TOKEN[0] is first
+    assert SETTLED_TOKEN[0] is plain

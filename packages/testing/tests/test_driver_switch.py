@@ -216,3 +216,42 @@ def test_racecheck_option_fails_a_racy_test(pytester: pytest.Pytester, monkeypat
     # ... and a -W on the command line has the last word, as for every warning.
     result = pytester.runpytest_subprocess("--cuguard-racecheck", "-W", "ignore::cuguard.resources.RaceWarning")
     result.assert_outcomes(passed=2)
+
+
+PENDING_CHOICE = """
+import types
+
+from cuguard.errors import ResourceClosedError, driver_token, install_driver
+from cuguard.errors.lowlevel import SETTLED_TOKEN
+from cuguard.graphs import GraphDefinition
+from cuguard.testing import SimulatedDriver
+
+# A driver module named as the real one is: cuguard gives it the real driver's token. Installed
+# explicitly, it leaves CUGUARD_DRIVER unread (the choice of the default driver still pending).
+sim = SimulatedDriver()
+look_alike = types.ModuleType("cuda.bindings.driver")
+look_alike.__getattr__ = lambda name: getattr(sim, name)
+install_driver(look_alike)
+made_under = driver_token()
+definition = GraphDefinition()
+node = definition.empty()
+install_driver(None)
+# Pending again: driver_token() would now read CUGUARD_DRIVER and install the simulator it names,
+# a driver the definition does not belong to; the settled token must not vouch for it meanwhile.
+print("unsettled", SETTLED_TOKEN[0] is not made_under)
+try:
+    node.join()
+except ResourceClosedError as exc:
+    print("refused", "no longer installed" in str(exc))
+print("settled", SETTLED_TOKEN[0] is driver_token() and driver_token() is not made_under)
+"""
+
+
+@pytest.mark.contract("O3")
+@needs_install
+def test_a_hot_path_refuses_an_object_whose_driver_the_default_choice_replaces(tmp_path: Path) -> None:
+    # The hot builders compare tokens with SETTLED_TOKEN[0] instead of calling driver_token(); while
+    # the default driver is still to be chosen, that comparison must fail over to the call.
+    done = _run(tmp_path, {"CUGUARD_DRIVER": "sim"}, PENDING_CHOICE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["unsettled", "True", "refused", "True", "settled", "True"]

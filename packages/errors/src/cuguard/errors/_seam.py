@@ -68,6 +68,11 @@ _active: Any = None
 _real: Any = None
 _REAL_TOKEN = object()
 _token: Any = _REAL_TOKEN
+#: What :func:`driver_token` answers, as a one-element list read without a call on hot paths, once
+#: that answer is settled; while it is not (the default driver is still to be chosen, which may
+#: change the token), an object that no cuguard object records, so a check against it falls
+#: through to the call. Kept by :func:`_settle`, under ``_lock``, at each change of the driver.
+SETTLED_TOKEN: list[Any] = [object()]
 _states: dict[Any, dict[str, Any]] = {}
 _listeners: list[Callable[[Any], None]] = []
 #: ``CUGUARD_DRIVER`` not read yet (it is read at the first driver use).
@@ -126,6 +131,8 @@ def _resolve_default() -> None:
         if made is not None and _active is None:
             install_driver(made)
         else:
+            with _lock:
+                _settle()
             _reroute()
 
 
@@ -321,6 +328,7 @@ def install_driver(new: Any) -> Any:
         base = base_driver(new)
         _token = _REAL_TOKEN if base is None or _is_real_module(base) else base
         driver.__dict__.clear()
+        _settle()
         changed = _token is not old_token
         listeners = list(_listeners) if changed else []
     _reroute()
@@ -344,6 +352,14 @@ def base_driver(drv: Any) -> Any:
     while drv is not None and getattr(drv, "wrapped_driver", None) is not None:
         drv = drv.wrapped_driver
     return drv
+
+
+_UNSETTLED = SETTLED_TOKEN[0]
+
+
+def _settle() -> None:
+    """Make :data:`SETTLED_TOKEN` agree with :func:`driver_token` (called with ``_lock`` held)."""
+    SETTLED_TOKEN[0] = _UNSETTLED if _choice_pending and _active is None else _token
 
 
 def driver_token() -> Any:

@@ -25,7 +25,10 @@ patch release never removes or changes one.
 - What the layers keep per driver: :func:`driver_state`, :func:`forget_driver` (and
   :func:`on_driver_forgotten` for tables of their own), :func:`base_driver` (the driver under
   its wrappers),
-  :func:`on_driver_change`; the seam's route, for compiled driver calls:
+  :func:`on_driver_change`; :data:`SETTLED_TOKEN`, :func:`~cuguard.errors.driver_token`'s answer as a
+  one-element list for hot paths (``obj._driver is not SETTLED_TOKEN[0]`` is true whenever
+  ``obj._driver is not driver_token()`` is, and also while the default driver is still to be
+  chosen: check with the call then); the seam's route, for compiled driver calls:
   :func:`on_route_change`; the process's default driver:
   :data:`DRIVER_VARIABLE`, :func:`default_driver_choice`.
 - Fault attribution's switch, read on each launch: :func:`attributing`, or
@@ -63,6 +66,7 @@ from cuguard.errors._ownership import (
 )
 from cuguard.errors._seam import (
     DRIVER_VARIABLE,
+    SETTLED_TOKEN,
     base_driver,
     default_driver_choice,
     driver_state,
@@ -83,6 +87,7 @@ __all__ = [
     "SIZE_LIMIT",
     "UINT_LIMIT",
     "REFCOUNTED",
+    "SETTLED_TOKEN",
     "DeferringLock",
     "DriverFact",
     "Owned",

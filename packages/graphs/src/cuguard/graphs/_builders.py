@@ -184,7 +184,7 @@ class NodeBuilders:
 
     def _empty(self, deps: tuple[object, ...]) -> Node:
         """:func:`~cuguard.graphs._nodes.add_empty` of this definition (compiled in the compiled build)."""
-        return add_empty(self, deps)  # type: ignore[arg-type]
+        return add_empty(self, None, deps)  # type: ignore[arg-type]
 
     def memset(
         self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1, deps: Iterable[Node] = ()

@@ -17,7 +17,7 @@ from cuguard.errors import (
     report,
     report_error,
 )
-from cuguard.errors.lowlevel import ATTRIBUTING, refuse_construction, wrong_kind
+from cuguard.errors.lowlevel import ATTRIBUTING, SETTLED_TOKEN, refuse_construction, wrong_kind
 from cuguard.graphs import _updates
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _types
 from cuguard.graphs._nodes import Collected
@@ -160,8 +160,8 @@ class Graph(Collected):
         invalidate the capture).
         """
         context = self._context
-        if self._closed or self._driver is not driver_token() or (context is not None and context._closed):
-            self._check_open()  # raises
+        if self._closed or self._driver is not SETTLED_TOKEN[0] or (context is not None and context._closed):
+            self._check_open()  # raises, or the driver is current after all
         if type(stream) is not Stream:
             stream = as_stream(stream)
         if stream._closed or stream._context._closed:  # checked before the driver is looked up (O3)
@@ -354,7 +354,8 @@ class Graph(Collected):
         is leaked (never destroyed again); if restoring the thread's mode is
         refused after the destroy, that is raised (the thread stays relaxed).
         """
-        if self._driver is not driver_token():  # O3 before idempotence: as every other close()
+        token = self._driver
+        if token is not SETTLED_TOKEN[0] and token is not driver_token():  # O3 before idempotence, as every close()
             raise ResourceClosedError(_UNINSTALLED.format(self) + "; nothing was released")
         if self._closed:
             return
@@ -412,8 +413,8 @@ class Graph(Collected):
 
 def instantiate(definition: GraphDefinition) -> Graph:
     """:meth:`GraphDefinition.instantiate` (its docstring says what happens on failure): here, to be compiled."""
-    if definition._closed or definition._driver is not driver_token():
-        definition._check_open()  # raises
+    if definition._closed or definition._driver is not SETTLED_TOKEN[0]:
+        definition._check_open()  # raises, or the driver is current after all
     owners = definition._owners
     if owners:
         _check_owners(definition, owners, "instantiated")

@@ -49,8 +49,8 @@ cdef class DefinitionFields(Collected):
     cdef public object _version
 
 
-@cython.locals(node=Node, first=Node, fresh=list)
-cpdef Node add_empty(DefinitionFields graph, tuple deps)
+@cython.locals(node=Node, fresh=list, deps=tuple, count=Py_ssize_t)
+cpdef Node add_empty(DefinitionFields graph, Node first, tuple rest)
 
 cpdef create_definition(DefinitionFields graph, device=*)
 cpdef setup_fields(DefinitionFields graph, handle, context, owners, next_order)

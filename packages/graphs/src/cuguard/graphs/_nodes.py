@@ -23,7 +23,7 @@ from cuguard.errors import (
     format_handle,
     raise_status,
 )
-from cuguard.errors.lowlevel import int_argument, is_integer, refuse_construction, wrong_kind
+from cuguard.errors.lowlevel import SETTLED_TOKEN, int_argument, is_integer, refuse_construction, wrong_kind
 from cuguard.errors.owners import Owned, Unique  # from their defining module: the compiled classes derive from them
 from cuguard.graphs._common import _UNINSTALLED, _types
 from cuguard.graphs._edges import apply_edges
@@ -399,7 +399,7 @@ class Node(Unique):
         Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
         same name, with this node as a dependency.
         """
-        return add_empty(self._graph, (self, *nodes) if nodes else (self,))
+        return add_empty(self._graph, self, nodes)
 
     def empty(self) -> Node:
         """An empty node that depends on this node.
@@ -407,7 +407,7 @@ class Node(Unique):
         Same arguments, failures and all-or-nothing behaviour as the definition's builder of the
         same name, with this node as a dependency.
         """
-        return add_empty(self._graph, (self,))
+        return add_empty(self._graph, self, ())
 
     def memset(self, dst: Buffer, value: int, size: int | None = None, *, element_size: int = 1) -> Node:
         """A memset node after this node; see :meth:`GraphDefinition.memset`."""
@@ -708,7 +708,7 @@ def create_definition(graph: DefinitionFields, device: Device | Context | None =
     for a closed context, before any driver call; :class:`~cuguard.errors.CUDAError` when the
     driver refuses ``cuInit`` or ``cuGraphCreate``. Nothing is created when it raises (G1).
     """
-    context = context_of(device)
+    context = None if device is None else context_of(device)
     if context is not None and context._closed:
         raise context._refusal()
     graph._closed = True  # until fully built: __del__ must not release anything
@@ -767,7 +767,8 @@ def close_definition(graph: DefinitionFields) -> None:
     nothing, when the definition belongs to a driver that is no longer
     installed (O3).
     """
-    if graph._driver is not driver_token():  # O3 before idempotence: as every other close()
+    token = graph._driver
+    if token is not SETTLED_TOKEN[0] and token is not driver_token():  # O3 before idempotence, as every close()
         raise ResourceClosedError(_UNINSTALLED.format(graph) + "; nothing was released")
     if graph._closed:
         return
@@ -781,43 +782,49 @@ def close_definition(graph: DefinitionFields) -> None:
 _NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
 
 
-def add_empty(graph: DefinitionFields, deps: tuple[object, ...]) -> Node:
-    """An empty node of ``graph`` after ``deps``: ``empty()`` and ``join()``, the hot path of building graphs.
+def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, ...]) -> Node:
+    """An empty node of ``graph`` after ``first`` and ``rest``: the hot path of ``empty()`` and ``join()``.
 
-    The same checks as the other builders, in the same order: the definition open, each dependency
-    a live node of it, none given twice (E3: raised before any driver call, through the definition's
-    own checks, which name the problem), then one driver call that creates the node with its edges
-    or nothing (``cuGraphAddEmptyNode``; a refusal raises :class:`~cuguard.errors.CUDAError`). The
-    node is published unkeyed (``_fresh``): the definition keys it when it next reads its nodes.
+    ``first`` is the node whose ``join()``/``empty()`` was called (a node of ``graph`` by construction,
+    so only whether it is live is checked), or ``None`` for the definition's builders; ``rest`` the
+    dependencies the caller named. The same checks as the other builders, in the same order: the
+    definition open, each dependency a live node of it, none given twice (E3: raised before any
+    driver call, through the definition's own checks, which name the problem), then one driver call
+    that creates the node with its edges or nothing (``cuGraphAddEmptyNode``; a refusal raises
+    :class:`~cuguard.errors.CUDAError`). The node is published unkeyed (``_fresh``): the definition
+    keys it when it next reads its nodes.
     """
-    if graph._closed or graph._driver is not driver_token():
-        graph._check_open()  # type: ignore[attr-defined]
+    if graph._closed or graph._driver is not SETTLED_TOKEN[0]:
+        graph._check_open()  # type: ignore[attr-defined]  # raises, or the driver is current after all
     fp = _fp
-    count = len(deps)
-    after: Any = None  # the one dependency's handle (for the compiled call: its address)
+    count = 0
     handles: list[Any] | None = None  # several dependencies' handles
-    if count == 1:
-        dep = deps[0]
-        if type(dep) is not Node:
-            graph._own(dep, "deps")  # type: ignore[attr-defined]  # raises the E3 exception that names the problem
-        first: Node = dep  # type: ignore[assignment]  # (compiled: a typed Node from here on)
-        if first._graph is not graph or first._state != _LIVE:
-            graph._own(dep, "deps")  # type: ignore[attr-defined]
-        if fp is not None:
-            after = first._key
-            if after is None:
-                after = first._h
-        else:
-            after = first._h
-            if after is None:
-                after = first._handle
-    elif count:
+    if rest:
+        deps = rest if first is None else (first, *rest)
         for dep in deps:
             if type(dep) is not Node or dep._graph is not graph or dep._state != _LIVE:
-                graph._own(dep, "deps")  # type: ignore[attr-defined]
-        if len({id(dep) for dep in deps}) != count:
-            graph._deps(deps)  # type: ignore[attr-defined]  # raises: a dependency given twice
-        handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
+                graph._own(dep, "deps")  # type: ignore[attr-defined]  # raises the E3 exception that names the problem
+        count = len(deps)
+        if count == 1:
+            first = deps[0]  # type: ignore[assignment]  # a Node: checked above
+        else:
+            if len({id(dep) for dep in deps}) != count:
+                graph._deps(deps)  # type: ignore[attr-defined]  # raises: a dependency given twice
+            handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
+    elif first is not None:
+        count = 1
+        if first._state != _LIVE:
+            graph._own(first, "deps")  # type: ignore[attr-defined]
+    after: Any = None  # the one dependency's handle (for the compiled call: its address)
+    if count == 1:
+        if fp is not None:
+            after = first._key  # type: ignore[union-attr]
+            if after is None:
+                after = first._h  # type: ignore[union-attr]
+        else:
+            after = first._h  # type: ignore[union-attr]
+            if after is None:
+                after = first._handle  # type: ignore[union-attr]
     graph._version += 1
     node = Node.__new__(Node)
     if fp is not None and count < 2:
