@@ -137,7 +137,20 @@ KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
 #   object_floor:   (event_create_close only) compiled_floor plus the compiled Event object itself, made by its
 #                   factory and dropped closed, with no check, no method call and no context test: what one
 #                   Python object per event costs over the bare calls.
-DIAGNOSTICS = ("compiled_floor", "object_floor", "raw_user_object", "raw_no_switch", "cuguard_no_switch")
+#   python_floor:   (the operations with a pure-Python target) the raw calls made through the least pure Python
+#                   an API of objects needs: one method frame per call the user makes, the result an object of a
+#                   __slots__ class holding the fields cuguard's keeps, with a __del__ (it must release what is
+#                   collected unclosed) that returns at once for a closed object; no argument, state or
+#                   context check. The floor of the pure-Python build: its ratio minus this one is the cost of
+#                   cuguard's checks and of the frames of the layers it crosses.
+DIAGNOSTICS = (
+    "compiled_floor",
+    "object_floor",
+    "python_floor",
+    "raw_user_object",
+    "raw_no_switch",
+    "cuguard_no_switch",
+)
 #: ctypes destructors of the benchmark's raw user objects: the driver may call them until the process ends.
 _DESTRUCTORS: list[Any] = []
 
@@ -318,6 +331,199 @@ def _core_variant(env: Env, builder: Callable[[], Variant]) -> Variant:
 
 
 # --- operations -------------------------------------------------------------------------
+
+
+# --- pure-Python floors (python_floor, see DIAGNOSTICS) ----------------------------------------
+
+#: The driver module the floor objects call, looked up per call as cuguard looks up its seam's functions.
+_floor_driver: Any = None
+
+
+class _FloorBuffer:
+    """A buffer object as small as a pure-Python guarded one can be: cuguard's Buffer fields, a close, a __del__."""
+
+    __slots__ = (
+        "_closed",
+        "_context",
+        "_device",
+        "_graph_used",
+        "_handle",
+        "_lender",
+        "_mr",
+        "_owned",
+        "_release_deferred",
+        "_size",
+        "_stream",
+    )
+    _closed: Any
+    _context: Any
+    _device: Any
+    _graph_used: Any
+    _handle: Any
+    _lender: Any
+    _mr: Any
+    _owned: Any
+    _release_deferred: Any
+    _size: Any
+    _stream: Any
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        (err,) = _floor_driver.cuMemFreeAsync(self._handle, self._stream._handle)
+        if err:
+            _fail(err, "cuMemFreeAsync")
+
+    def __del__(self) -> None:
+        if self._closed:
+            return
+        self.close()
+
+
+class _FloorEvent:
+    """An event object as small as a pure-Python guarded one can be: cuguard's Event fields, a close, a __del__."""
+
+    __slots__ = ("_closed", "_context", "_device", "_handle", "_owned", "_timing")
+    _closed: Any
+    _context: Any
+    _device: Any
+    _handle: Any
+    _owned: Any
+    _timing: Any
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        (err,) = _floor_driver.cuEventDestroy(self._handle)
+        if err:
+            _fail(err, "cuEventDestroy")
+
+    def __del__(self) -> None:
+        if self._closed:
+            return
+        self.close()
+
+
+class _FloorNode:
+    """A node object as small as a pure-Python one can be: cuguard's Node fields and a join."""
+
+    __slots__ = ("_graph", "_h", "_info", "_key", "_kind", "_order", "_state")
+    _graph: Any
+    _h: Any
+    _info: Any
+    _key: Any
+    _kind: Any
+    _order: Any
+    _state: Any
+
+    def join(self) -> _FloorNode:
+        graph = self._graph
+        err, h = _floor_driver.cuGraphAddEmptyNode(graph._handle, [self._h], 1)
+        if err:
+            _fail(err, "cuGraphAddEmptyNode")
+        return _floor_node(graph, h)
+
+
+def _floor_node(graph: _FloorGraph, h: Any) -> _FloorNode:
+    node = _FloorNode.__new__(_FloorNode)
+    node._graph = graph
+    node._h = h
+    node._info = None
+    node._key = None
+    node._kind = "empty"
+    node._order = 0
+    node._state = None
+    return node
+
+
+class _FloorGraph:
+    """A graph definition as small as a pure-Python one can be: its handle, an empty(), a close, a __del__."""
+
+    __slots__ = ("_closed", "_handle")
+    _closed: Any
+    _handle: Any
+
+    def __init__(self) -> None:
+        err, handle = _floor_driver.cuGraphCreate(0)
+        if err:
+            _fail(err, "cuGraphCreate")
+        self._handle, self._closed = handle, False
+
+    def empty(self) -> _FloorNode:
+        err, h = _floor_driver.cuGraphAddEmptyNode(self._handle, None, 0)
+        if err:
+            _fail(err, "cuGraphAddEmptyNode")
+        return _floor_node(self, h)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        (err,) = _floor_driver.cuGraphDestroy(self._handle)
+        if err:
+            _fail(err, "cuGraphDestroy")
+
+    def __del__(self) -> None:
+        if self._closed:
+            return
+        self.close()
+
+
+class _FloorDevice:
+    """The user's device object of the python_floor variants: one method frame per call made."""
+
+    __slots__ = ("_context", "_primary")
+    _context: Any
+    _primary: Any
+
+    def __init__(self, D: Any, context: Any) -> None:
+        global _floor_driver
+        _floor_driver = D
+        self._context, self._primary = context, context.handle
+
+    def allocate(self, size: int, stream: Any) -> _FloorBuffer:
+        err, ptr = _floor_driver.cuMemAllocAsync(size, stream._handle)
+        if err:
+            _fail(err, "cuMemAllocAsync")
+        buf = _FloorBuffer.__new__(_FloorBuffer)
+        buf._handle = ptr
+        buf._context = self._context
+        buf._owned = True
+        buf._device = 0
+        buf._size = size
+        buf._stream = stream
+        buf._graph_used = False
+        buf._release_deferred = False
+        buf._lender = None
+        buf._mr = None
+        buf._closed = False
+        return buf
+
+    def create_event(self) -> _FloorEvent:
+        """Switch to the device's context, create, restore: the raw calls of switch_restore_event."""
+        d = _floor_driver
+        err, previous = d.cuCtxGetCurrent()
+        if err:
+            _fail(err, "cuCtxGetCurrent")
+        (err,) = d.cuCtxSetCurrent(self._primary)
+        if err:
+            _fail(err, "cuCtxSetCurrent")
+        err, h = d.cuEventCreate(2)
+        if err:
+            _fail(err, "cuEventCreate")
+        (err,) = d.cuCtxSetCurrent(previous)
+        if err:
+            _fail(err, "cuCtxSetCurrent")
+        event = _FloorEvent.__new__(_FloorEvent)
+        event._handle = h
+        event._context = self._context
+        event._owned = True
+        event._device = 0
+        event._timing = False
+        event._closed = False
+        return event
 
 
 def op_stream(env: Env) -> Operation:
@@ -565,11 +771,20 @@ def op_alloc(env: Env) -> Operation:
 
         return Variant(fn, after=env.sync)
 
+    def python_floor() -> Variant:
+        device, stream = _FloorDevice(D, env.ctx), env.stream
+
+        def fn() -> None:
+            device.allocate(256, stream).close()
+
+        return Variant(fn)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _build("cuguard", guarded)),
         "cuda_core": _core_variant(env, core),
         "compiled_floor": _floor(env, floor),
+        "python_floor": _build("python_floor", python_floor),
     }
     return op
 
@@ -774,6 +989,14 @@ def op_switch(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def python_floor() -> Variant:
+        device = _FloorDevice(D, env.ctx)
+
+        def fn() -> None:
+            device.create_event().close()
+
+        return Variant(fn)
+
     def no_switch(variant: Variant, pure: bool = False) -> Variant:
         """``variant`` run with the device's context current (the other one current again after each batch)."""
         if variant.fn is None:
@@ -796,6 +1019,7 @@ def op_switch(env: Env) -> Operation:
             "cuda_core": Variant(
                 reason="cuda.core has no switch-and-restore: its Device methods work in the current context"
             ),
+            "python_floor": _build("python_floor", python_floor),
             "raw_no_switch": no_switch(_build("raw_no_switch", raw_event)),
             "cuguard_no_switch": no_switch(_build("cuguard_no_switch", guarded), pure=True),
         }
@@ -908,11 +1132,22 @@ def op_graph_build(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def python_floor() -> Variant:
+        _FloorDevice(D, env.ctx)  # the driver the floor objects call
+
+        def fn() -> None:
+            definition = _FloorGraph()
+            _chain(definition)
+            _dispose(definition)
+
+        return Variant(fn)
+
     op.variants = {
         "raw": _build("raw", raw),
         **_cuguard_pair(lambda: _graph_or_null("cuguard", graph_variant("cuguard"))),
         "cuda_core": _core_variant(env, graph_variant("cuda_core")),
         "compiled_floor": _floor(env, floor),
+        "python_floor": _build("python_floor", python_floor),
     }
     return op
 
@@ -1522,11 +1757,14 @@ def table(results: dict[str, Any], simulated: bool) -> str:
     for name, r in results.items():
         parts = [f"{kind} {r[f'{kind}_ratio']:.2f}" for kind in DIAGNOSTICS if r.get(f"{kind}_ratio") is not None]
         if parts:
-            fast = r.get("cuguard_fast_ratio")
-            tail = f" (compiled {fast:.2f})" if fast is not None else ""
+            python, fast = r.get("cuguard_ratio"), r.get("cuguard_fast_ratio")
+            shown = [f"python {python:.2f}"] if python is not None else []
+            shown += [f"compiled {fast:.2f}"] if fast is not None else []
+            tail = f" ({', '.join(shown)})" if shown else ""
             diagnostics.append(f"  {name}: {', '.join(parts)}{tail}")
     if diagnostics:
         lines.append("diagnostic variants, x as above (compiled_floor: the compiled calls alone, no cuguard objects;")
+        lines.append("python_floor: the raw calls through the least pure Python an API of objects needs;")
         lines.append(
             "raw_user_object: raw on a graph holding a CUDA user object, as an instantiated cuguard definition):"
         )

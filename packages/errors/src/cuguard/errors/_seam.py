@@ -179,6 +179,13 @@ class DriverSeam:
     driver (see :func:`real_driver`).
     """
 
+    def __init__(self) -> None:
+        # The cache of looked-up functions is a dict of its own, not the one an instance's first
+        # ``__dict__`` access makes (shaped by the class's shared keys): CPython 3.12 does not
+        # specialize attribute reads through the latter, which cost every driver call made through
+        # the seam about 70 ns more (measured on 3.12; 3.11 and 3.13 read both alike).
+        self.__dict__ = {}
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)

@@ -29,7 +29,7 @@ from cuguard.graphs import _compat, _lifetime
 from cuguard.graphs._builders import NodeBuilders
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _types
 from cuguard.graphs._edges import apply_edges
-from cuguard.graphs._executable import Graph, instantiate
+from cuguard.graphs._executable import instantiate_definition
 from cuguard.graphs._nodes import (
     _KINDS,
     _LIVE,
@@ -494,23 +494,9 @@ class GraphDefinition(DefinitionFields, NodeBuilders):
         self._shape = (self._version, signature)  # after the reads: wrapping nodes bumps the version
         return signature
 
-    def instantiate(self) -> Graph:
-        """An executable :class:`Graph` made from the definition (``cuGraphInstantiate``).
-
-        Runs in the definition's context when it has one (switching only if
-        needed, restoring the caller's). Creates nothing when it raises (G1).
-        The executable graph keeps what the nodes use alive by itself: the
-        definition may be closed or changed afterwards. Raises
-        ``ResourceClosedError`` before the driver when a module or event a node
-        uses was closed (the driver would read it: on an H200, instantiating an
-        event node of a destroyed event killed the process), or when a node
-        uses an object whose context was destroyed. With conditional nodes,
-        CUDA's two rules are checked first: every condition made in the
-        definition (and its bodies) must be used by a live conditional node
-        (``ValueError`` naming the unused ones), and only one executable graph
-        of the definition may be open at a time (``RuntimeError``).
-        """
-        return instantiate(self)
+    # An executable Graph made from the definition: the function itself (its docstring says what happens
+    # on failure), so that the compiled build calls it without a Python frame.
+    instantiate = instantiate_definition
 
     def _add_condition(self, condition: GraphCondition) -> None:
         """Record a condition made in this definition or one of its bodies (see :meth:`instantiate`)."""

@@ -25,4 +25,4 @@ cdef class Graph(Collected):
 @cython.locals(graph=Graph)
 cpdef Graph new_graph(handle, context, owners, signature, origin)
 
-cpdef Graph instantiate(DefinitionFields definition)
+cpdef Graph instantiate_definition(DefinitionFields definition)

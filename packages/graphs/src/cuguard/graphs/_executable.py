@@ -411,8 +411,23 @@ class Graph(Collected):
             report(err, call, self._handle, "the executable graph was leaked", context=context)
 
 
-def instantiate(definition: GraphDefinition) -> Graph:
-    """:meth:`GraphDefinition.instantiate` (its docstring says what happens on failure): here, to be compiled."""
+def instantiate_definition(definition: GraphDefinition) -> Graph:
+    """An executable :class:`Graph` made from the definition (``cuGraphInstantiate``).
+
+    ``GraphDefinition.instantiate`` is this function. Runs in the
+    definition's context when it has one (switching only if needed,
+    restoring the caller's). Creates nothing when it raises (G1). The
+    executable graph keeps what the nodes use alive by itself: the
+    definition may be closed or changed afterwards. Raises
+    ``ResourceClosedError`` before the driver when a module or event a node
+    uses was closed (the driver would read it: on an H200, instantiating an
+    event node of a destroyed event killed the process), or when a node uses
+    an object whose context was destroyed. With conditional nodes, CUDA's two
+    rules are checked first: every condition made in the definition (and its
+    bodies) must be used by a live conditional node (``ValueError`` naming
+    the unused ones), and only one executable graph of the definition may be
+    open at a time (``RuntimeError``).
+    """
     if definition._closed or definition._driver is not SETTLED_TOKEN[0]:
         definition._check_open()  # raises, or the driver is current after all
     owners = definition._owners
@@ -423,7 +438,11 @@ def instantiate(definition: GraphDefinition) -> Graph:
         from cuguard.graphs import _conditional
 
         _conditional.check_instantiable(definition)
-    kinds, edges, _ = definition._signature()
+    shape = definition._shape  # the signature's cache read here (a frame less when it is current)
+    if shape is not None and shape[0] == definition._version:
+        kinds, edges, _ = shape[1]
+    else:
+        kinds, edges, _ = definition._signature()
     # The executable graph inherits the payload's user object: it keeps what later
     # updates bring alive too (see Graph.update), so a definition without owners gets one now.
     fresh = None if definition._payload else definition._attach()
@@ -479,16 +498,17 @@ def new_graph(
     """The :class:`Graph` of a just-instantiated ``handle`` (a ``CUgraphExec`` or its address) of ``origin``.
 
     Only fields are set (nothing can fail after the driver made the graph); the compiled build sets its C slots.
+    The graph belongs to ``origin``'s driver, which the caller found installed before it instantiated.
     """
     graph = Graph.__new__(Graph)
     graph._origin = weakref.ref(origin)
     graph._handle = handle
-    graph._int = int(handle)
-    graph._driver = driver_token()
+    graph._int = handle if type(handle) is int else int(handle)
+    graph._driver = origin._driver
     graph._closed = False
     graph._context = context
     graph._owners = owners
-    graph._released_with_close = _released_with_close(owners)
+    graph._released_with_close = _released_with_close(owners) if owners else ()
     graph._signature = signature
     return graph
 

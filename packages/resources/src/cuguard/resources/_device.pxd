@@ -33,4 +33,4 @@ cpdef stream_on(DeviceFields device, flags, priority)
 cpdef event_on(DeviceFields device, timing)
 
 @cython.locals(context=Context)
-cpdef allocate_on(DeviceFields device, size, stream)
+cpdef allocate_on(DeviceFields device, size, stream=*)

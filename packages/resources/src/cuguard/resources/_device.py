@@ -134,6 +134,46 @@ class DeviceFields:
     _default_mr: DeviceMemoryResource | None  # the device's default resource, made on first read
 
 
+def allocate_on(device: Device, size: int, stream: Stream | None = None) -> Buffer | PinnedBuffer:
+    """Allocate ``size`` bytes of device memory (``Device.allocate`` is this function).
+
+    With a :attr:`Device.memory_resource` set other than the default, this
+    is that resource's ``allocate(size, stream)``: its buffers, its rules and
+    its errors (a :class:`PinnedBuffer` from a host resource). Otherwise:
+
+    With ``stream`` (a stream of this device; another device's stream
+    raises ``ValueError``) the allocation is stream-ordered on it, and the
+    buffer will be freed on that stream (W5); it needs no context switch.
+    A ``stream`` being captured into a graph raises ``RuntimeError``
+    before the allocator is asked, as the memory pools do (the memory
+    would be graph memory, out of the buffer's reach; checked with one
+    ``cuStreamIsCapturing``): allocate before the capture begins, or use
+    ``GraphDefinition.allocate()``. Otherwise it is synchronous (``size``
+    0 is then refused by the driver). ``size`` is any integer (NumPy's
+    too); a bool, a float or another object raises ``TypeError``, a size
+    below 0 or of ``2**64`` or more ``ValueError``, before the driver is
+    asked. Raises :class:`~cuguard.errors.CUDAError` if the driver
+    refuses; nothing is allocated then.
+
+    In the compiled build ``device`` is typed (``_device.pxd``): its fields are C reads.
+    """
+    mr = device._memory_resource
+    if mr is not None:
+        made: Buffer | PinnedBuffer = mr.allocate(size, stream)
+        return made
+    context = device._context
+    if context is None:
+        context = device.context
+    if stream is not None:
+        # Stream-ordered (see allocate_ordered): no context check or switch (G2).
+        if type(stream) is not Stream:
+            stream = as_stream(stream, "stream")
+        if type(size) is not int or not 0 <= size < SIZE_LIMIT:
+            size = int_argument("size", size)
+        return allocate_ordered(device, context, size, stream)
+    return Buffer._allocate(context, device._ordinal, size)
+
+
 class Device(DeviceFields):
     """A CUDA device, by ordinal: one object per ordinal per installed driver (O2).
 
@@ -498,28 +538,9 @@ class Device(DeviceFields):
             return create_ipc_event(self)
         return event_on(self, timing)
 
-    def allocate(self, size: int, stream: Stream | None = None) -> Buffer | PinnedBuffer:
-        """Allocate ``size`` bytes of device memory.
-
-        With a :attr:`memory_resource` set other than the default, this is
-        that resource's ``allocate(size, stream)``: its buffers, its rules and
-        its errors (a :class:`PinnedBuffer` from a host resource). Otherwise:
-
-        With ``stream`` (a stream of this device; another device's stream
-        raises ``ValueError``) the allocation is stream-ordered on it, and the
-        buffer will be freed on that stream (W5); it needs no context switch.
-        A ``stream`` being captured into a graph raises ``RuntimeError``
-        before the allocator is asked, as the memory pools do (the memory
-        would be graph memory, out of the buffer's reach; checked with one
-        ``cuStreamIsCapturing``): allocate before the capture begins, or use
-        ``GraphDefinition.allocate()``. Otherwise it is synchronous (``size``
-        0 is then refused by the driver). ``size`` is any integer (NumPy's
-        too); a bool, a float or another object raises ``TypeError``, a size
-        below 0 or of ``2**64`` or more ``ValueError``, before the driver is
-        asked. Raises :class:`~cuguard.errors.CUDAError` if the driver
-        refuses; nothing is allocated then.
-        """
-        return allocate_on(self, size, stream)
+    # Allocate device memory: the function itself (its docstring says what happens on failure), so that
+    # the compiled build calls it without a Python frame.
+    allocate = allocate_on
 
     def allocate_pinned(self, size: int) -> PinnedBuffer:
         """Allocate ``size`` bytes of page-locked host memory.
@@ -630,25 +651,3 @@ def event_on(device: Device, timing: bool) -> Event:
                 handle = call_switched(context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags)
         return new_event(handle, context, device._ordinal, timing)
     return Event._create(context, device._ordinal, timing)
-
-
-def allocate_on(device: Device, size: int, stream: Stream | None) -> Buffer | PinnedBuffer:
-    """:meth:`Device.allocate`: same arguments, same failures.
-
-    In the compiled build ``device`` is typed (``_device.pxd``): its fields are C reads.
-    """
-    mr = device._memory_resource
-    if mr is not None:
-        made: Buffer | PinnedBuffer = mr.allocate(size, stream)
-        return made
-    context = device._context
-    if context is None:
-        context = device.context
-    if stream is not None:
-        # Stream-ordered (see allocate_ordered): no context check or switch (G2).
-        if type(stream) is not Stream:
-            stream = as_stream(stream, "stream")
-        if type(size) is not int or not 0 <= size < SIZE_LIMIT:
-            size = int_argument("size", size)
-        return allocate_ordered(device, context, size, stream)
-    return Buffer._allocate(context, device._ordinal, size)

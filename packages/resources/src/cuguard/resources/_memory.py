@@ -834,7 +834,8 @@ def allocate_ordered(device: Any, context: Context, size: int, stream: Stream) -
                 raise capturing_refusal(stream)
             raise_status(err, ptr)
     else:
-        refuse_capturing_allocation(stream)  # a capturing stream is refused before the allocator is asked
+        if stream._may_capture:  # a capturing stream is refused before the allocator is asked
+            refuse_capturing_allocation(stream)
         err, ptr = driver.cuMemAllocAsync(size, stream._handle)
         if err:
             raise_status(err, "cuMemAllocAsync")
