@@ -271,6 +271,24 @@ def test_update_refused_for_node_type_says_which_node(cuguard_driver: Any, dev: 
         assert "host" in str(info.value)
 
 
+@pytest.mark.contract("E3", "G3")
+def test_an_executable_graph_records_the_nodes_joined_after_an_earlier_instantiate(
+    cuguard_driver: Any, dev: Device
+) -> None:
+    # The definition's shape is cached between changes; a node the hot builder adds (join, empty) is one.
+    with GraphDefinition(dev) as g, GraphDefinition(dev) as one:
+        first = g.empty()
+        one.empty()
+        with g.instantiate():  # the shape is read (one node) and cached
+            pass
+        first.join()
+        with inject("cuGraphAddEmptyNode", OUT_OF_MEMORY), pytest.raises(CUDAError):
+            first.join()  # refused: the graph is unchanged
+        with g.instantiate() as graph, pytest.raises(GraphUpdateError) as info:
+            graph.update(one)
+        assert "the definition has 1 nodes, the executable graph 2" in str(info.value)
+
+
 @pytest.mark.contract("G3")
 def test_update_refused_by_the_driver_is_a_graph_update_error(cuguard_driver: Any, dev: Device) -> None:
     with GraphDefinition(dev) as g:

@@ -480,18 +480,22 @@ class GraphDefinition(DefinitionFields, NodeBuilders):
         """The shape (node kinds in creation order, edges by creation index), read from the driver.
 
         Cached until cuguard next changes the definition (any node added, destroyed or
-        wrapped, any edge change, failed or not). Changes made to the ``CUgraph`` behind
+        wrapped, any edge change; a builder's failed attempt counts too, but for the empty-node
+        builder's, which leaves the graph as it was). Changes made to the ``CUgraph`` behind
         cuguard's back (through :attr:`handle`) are not seen until then; the shape only
         explains :meth:`Graph.update` refusals, the driver still checks the real graph.
+        The cache's key is ``_version + _next_order``: each change adds to one of the two and
+        neither ever decreases, so the sum changes with every change (each node added takes
+        an order, so adding one needs no other count).
         """
         shape = self._shape
-        if shape is not None and shape[0] == self._version:
+        if shape is not None and shape[0] == self._version + self._next_order:
             return shape[1]
         nodes = sorted(self.nodes, key=_order)
         index = {node: i for i, node in enumerate(nodes)}
         edges = frozenset((index[a], index[b]) for a, b in self.edges)
         signature = (tuple(n._kind for n in nodes), edges, nodes)
-        self._shape = (self._version, signature)  # after the reads: wrapping nodes bumps the version
+        self._shape = (self._version + self._next_order, signature)  # after the reads: wrapping nodes changes both
         return signature
 
     # An executable Graph made from the definition: the function itself (its docstring says what happens

@@ -439,7 +439,7 @@ def instantiate_definition(definition: GraphDefinition) -> Graph:
 
         _conditional.check_instantiable(definition)
     shape = definition._shape  # the signature's cache read here (a frame less when it is current)
-    if shape is not None and shape[0] == definition._version:
+    if shape is not None and shape[0] == definition._version + definition._next_order:
         kinds, edges, _ = shape[1]
     else:
         kinds, edges, _ = definition._signature()

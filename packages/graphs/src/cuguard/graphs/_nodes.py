@@ -825,8 +825,7 @@ def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, .
             after = first._h  # type: ignore[union-attr]
             if after is None:
                 after = first._handle  # type: ignore[union-attr]
-    graph._version += 1
-    node = Node.__new__(Node)
+    node = Node.__new__(Node)  # (the signature's cache key counts the node by its order: no version bump)
     if fp is not None and count < 2:
         # Compiled: one dependency (or none) straight to the driver, addresses in and out; the status back,
         # raised here. The node keeps the address; its CUgraphNode is made if ever asked for.

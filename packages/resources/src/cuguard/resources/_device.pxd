@@ -11,9 +11,9 @@ cdef Calls _fp
 # Whether the race checker is on (_race.follow keeps it current).
 cdef bint _racing
 
-# The hot paths' factories, called in C.
-from cuguard.resources._memory cimport allocate_ordered
-from cuguard.resources._stream cimport new_event, new_stream
+# The hot paths' factories, called in C, and the classes they make.
+from cuguard.resources._memory cimport Buffer
+from cuguard.resources._stream cimport Stream, new_event, new_stream
 
 
 cdef class DeviceFields:
@@ -32,5 +32,5 @@ cpdef stream_on(DeviceFields device, flags, priority)
 @cython.locals(context=Context)
 cpdef event_on(DeviceFields device, timing)
 
-@cython.locals(context=Context)
+@cython.locals(context=Context, s=Stream, buf=Buffer)
 cpdef allocate_on(DeviceFields device, size, stream=*)

@@ -13,7 +13,7 @@ from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, drive
 from cuguard.resources import _race
 from cuguard.resources._base import driver_types
 from cuguard.resources._fast import follow_compiled
-from cuguard.resources._memory import Buffer, PinnedBuffer, allocate_ordered
+from cuguard.resources._memory import Buffer, PinnedBuffer
 from cuguard.resources._module import Module
 from cuguard.resources._properties import DeviceProperties
 from cuguard.resources._stream import (
@@ -21,8 +21,10 @@ from cuguard.resources._stream import (
     Stream,
     _event_destroy,
     as_stream,
+    capturing_refusal,
     new_event,
     new_stream,
+    refuse_capturing_allocation,
 )
 
 if TYPE_CHECKING:
@@ -155,7 +157,8 @@ def allocate_on(device: Device, size: int, stream: Stream | None = None) -> Buff
     asked. Raises :class:`~cuguard.errors.CUDAError` if the driver
     refuses; nothing is allocated then.
 
-    In the compiled build ``device`` is typed (``_device.pxd``): its fields are C reads.
+    In the compiled build ``device``, the stream and the buffer are typed (``_device.pxd``): their
+    fields are C reads and writes.
     """
     mr = device._memory_resource
     if mr is not None:
@@ -164,14 +167,50 @@ def allocate_on(device: Device, size: int, stream: Stream | None = None) -> Buff
     context = device._context
     if context is None:
         context = device.context
-    if stream is not None:
-        # Stream-ordered (see allocate_ordered): no context check or switch (G2).
-        if type(stream) is not Stream:
-            stream = as_stream(stream, "stream")
-        if type(size) is not int or not 0 <= size < SIZE_LIMIT:
-            size = int_argument("size", size)
-        return allocate_ordered(device, context, size, stream)
-    return Buffer._allocate(context, device._ordinal, size)
+    if stream is None:
+        return Buffer._allocate(context, device._ordinal, size)
+    # Stream-ordered: the driver allocates from the pool of the stream's device whatever context is
+    # current (seen on an H200, differential scenario alloc_async_needs_only_the_stream), so no context
+    # check or switch is needed and the current context is untouched (G2).
+    s = stream if type(stream) is Stream else as_stream(stream, "stream")
+    if type(size) is not int or not 0 <= size < SIZE_LIMIT:
+        size = int_argument("size", size)
+    ordinal = device._ordinal
+    if s._device != ordinal:
+        raise ValueError(f"{s!r} belongs to device {s._device}, not to {device!r}")
+    if s._closed or context._closed or s._context._closed:
+        s._check_open()
+        raise context._refusal()
+    fp = _fp
+    if fp is not None:
+        # Compiled: the capture query (only for a stream that may be capturing) and the
+        # allocation in one call; the status back, raised here.
+        err, ptr = fp.mem_alloc_async(size, s._handle, s._may_capture)
+        if err:
+            if err == fp.CAPTURING:
+                raise capturing_refusal(s)
+            raise_status(err, ptr)
+    else:
+        if s._may_capture:  # a capturing stream is refused before the allocator is asked
+            refuse_capturing_allocation(s)
+        err, ptr = driver.cuMemAllocAsync(size, s._handle)
+        if err:
+            raise_status(err, "cuMemAllocAsync")
+    buf = Buffer.__new__(Buffer)
+    buf._handle = ptr
+    buf._context = context
+    buf._owned = True
+    buf._device = ordinal
+    buf._size = size
+    buf._stream = s
+    buf._graph_used = False
+    buf._release_deferred = False
+    buf._lender = None
+    buf._mr = None
+    buf._closed = False
+    if _racing:
+        _race.allocated(buf, s)  # stream-ordered: a write on that stream (B7)
+    return buf
 
 
 class Device(DeviceFields):

@@ -45,6 +45,3 @@ cdef class PinnedBuffer(Resource):
     cdef public object _size
     cdef public object _views
 
-
-@cython.locals(buf=Buffer)
-cpdef allocate_ordered(device, Context context, size, Stream stream)

@@ -16,7 +16,7 @@ from cuguard.resources._base import Resource, driver_types
 from cuguard.resources._captures import _tables as _capture_tables  # never rebound: read on each operation
 from cuguard.resources._dlpack import _owners as _dlpack_owners  # never rebound: read on each close
 from cuguard.resources._fast import follow_compiled
-from cuguard.resources._stream import Stream, as_stream, capturing_refusal, refuse_capturing_allocation
+from cuguard.resources._stream import Stream, as_stream
 
 if TYPE_CHECKING:
     from cuguard.resources._ipc import IPCBufferDescriptor
@@ -800,60 +800,6 @@ def _copy_pinned(dst: PinnedBuffer, src: PinnedBuffer, stream: Any) -> None:
         _race.copied(dst, src, stream, call, dst._context)  # B7
     if stream is not None and _capture_tables:
         _note_captured(stream, dst, src)
-
-
-def allocate_ordered(device: Any, context: Context, size: int, stream: Stream) -> Buffer:
-    """``Device.allocate(size, stream=stream)`` once its arguments are checked: a new :class:`Buffer`.
-
-    ``device`` is the :class:`Device` (of ``context``), ``size`` an int in range, ``stream`` a
-    :class:`Stream`. Stream-ordered: the driver allocates from the pool of the stream's device
-    whatever context is current (seen on an H200, differential scenario
-    alloc_async_needs_only_the_stream), so no context check or switch is needed, and the current
-    context is untouched (G2). Raises ``ValueError`` for a stream of another device,
-    ``ResourceClosedError`` for a closed stream or device context, ``RuntimeError`` while the stream
-    is being captured (graph memory would be out of the buffer's reach) and
-    :class:`~cuguard.errors.CUDAError` if the driver refuses; nothing is allocated then. The buffer
-    will be freed on ``stream``. In the compiled build ``stream`` and the buffer are typed (their
-    fields C slots, ``_memory.pxd``).
-    """
-    if stream is None:  # the compiled build's typed stream lets None through: refused, never read
-        raise TypeError("stream must be a Stream, not None")
-    ordinal = device._ordinal
-    if stream._device != ordinal:
-        raise ValueError(f"{stream!r} belongs to device {stream._device}, not to {device!r}")
-    if stream._closed or context._closed or stream._context._closed:
-        stream._check_open()
-        raise context._refusal()
-    fp = _fp
-    if fp is not None:
-        # Compiled: the capture query (only for a stream that may be capturing) and the
-        # allocation in one call; the status back, raised here.
-        err, ptr = fp.mem_alloc_async(size, stream._handle, stream._may_capture)
-        if err:
-            if err == fp.CAPTURING:
-                raise capturing_refusal(stream)
-            raise_status(err, ptr)
-    else:
-        if stream._may_capture:  # a capturing stream is refused before the allocator is asked
-            refuse_capturing_allocation(stream)
-        err, ptr = driver.cuMemAllocAsync(size, stream._handle)
-        if err:
-            raise_status(err, "cuMemAllocAsync")
-    buf = Buffer.__new__(Buffer)
-    buf._handle = ptr
-    buf._context = context
-    buf._owned = True
-    buf._device = ordinal
-    buf._size = size
-    buf._stream = stream
-    buf._graph_used = False
-    buf._release_deferred = False
-    buf._lender = None
-    buf._mr = None
-    buf._closed = False
-    if _racing:
-        _race.allocated(buf, stream)  # stream-ordered: a write on that stream (B7)
-    return buf
 
 
 class PinnedBuffer(Resource):
