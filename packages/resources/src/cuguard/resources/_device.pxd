@@ -30,7 +30,7 @@ cdef class DeviceFields:
 cpdef stream_on(DeviceFields device, flags, priority)
 
 @cython.locals(context=Context)
-cpdef event_on(DeviceFields device, timing)
+cpdef event_on(DeviceFields device, timing=*, ipc_enabled=*)
 
 @cython.locals(context=Context, s=Stream, buf=Buffer)
 cpdef allocate_on(DeviceFields device, size, stream=*)

@@ -213,6 +213,60 @@ def allocate_on(device: Device, size: int, stream: Stream | None = None) -> Buff
     return buf
 
 
+def event_on(device: Device, *, timing: bool = False, ipc_enabled: bool = False) -> Event:
+    """A new event on ``device`` (``Device.create_event`` is this function).
+
+    ``timing=True`` makes an event that :meth:`Event.elapsed_since` can time.
+    Timing is off by default, as in cuda.core (such events are cheaper).
+    ``ipc_enabled=True`` makes an event other processes can open
+    (:meth:`Event.get_ipc_descriptor`); such events cannot time
+    (``ValueError`` with ``timing=True``).
+
+    Raises :class:`~cuguard.errors.CUDAError` if the driver refuses; no
+    event exists then, and the caller's context is unchanged (G1, G2).
+    In the compiled build ``device`` and its context are typed (``_device.pxd``): their fields are C reads.
+    """
+    if ipc_enabled:
+        if timing:
+            raise ValueError("an IPC-enabled event cannot time (the driver requires timing off)")
+        from cuguard.resources._ipc import create_ipc_event
+
+        return create_ipc_event(device)
+    context = device._context
+    if context is None:
+        context = device.context
+    if not context._closed:
+        flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
+        fp = _fp
+        if fp is not None:
+            # Compiled: the context check and the create in one call (statuses back; raised here).
+            err, handle = fp.event_create(context._int, flags)
+            current = handle if err == -1 else None  # -1: another context is current (an int)
+            if err > 0:
+                raise_status(err, handle)
+        else:
+            # Fast path: the device's context is current already, so no switch (C1).
+            err, current = driver.cuCtxGetCurrent()
+            if err:  # never swallowed: the slow path would ask again, a retry (C4)
+                raise_status(err, "cuCtxGetCurrent")
+            if current == context._handle:
+                err, handle = driver.cuEventCreate(flags)
+                if err:
+                    raise_status(err, "cuEventCreate")
+                current = None
+        if current is not None:
+            # Another context is current: switch in, create, restore (C1), call_in's path inlined
+            # (compiled: the three driver calls in one; their failures handled as call_switched's).
+            if fp is not None:
+                # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
+                create = getattr(fp, "event_create_switched")  # noqa: B009
+                handle = call_switched_by(context, current, create, "cuEventCreate", _event_destroy, flags)
+            else:
+                handle = call_switched(context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags)
+        return new_event(handle, context, device._ordinal, timing)
+    return Event._create(context, device._ordinal, timing)
+
+
 class Device(DeviceFields):
     """A CUDA device, by ordinal: one object per ordinal per installed driver (O2).
 
@@ -558,24 +612,9 @@ class Device(DeviceFields):
             raise ValueError(f"{obj!r} is a stream of device {stream._device}, not of {self!r}")
         return stream
 
-    def create_event(self, *, timing: bool = False, ipc_enabled: bool = False) -> Event:
-        """A new event on this device; ``timing=True`` makes an event that :meth:`Event.elapsed_since` can time.
-
-        Timing is off by default, as in cuda.core (such events are cheaper).
-        ``ipc_enabled=True`` makes an event other processes can open
-        (:meth:`Event.get_ipc_descriptor`); such events cannot time
-        (``ValueError`` with ``timing=True``).
-
-        Raises :class:`~cuguard.errors.CUDAError` if the driver refuses; no
-        event exists then, and the caller's context is unchanged (G1, G2).
-        """
-        if ipc_enabled:
-            if timing:
-                raise ValueError("an IPC-enabled event cannot time (the driver requires timing off)")
-            from cuguard.resources._ipc import create_ipc_event
-
-            return create_ipc_event(self)
-        return event_on(self, timing)
+    # Create an event: the function itself (its docstring says what happens on failure), so that the
+    # compiled build calls it without a Python frame.
+    create_event = event_on
 
     # Allocate device memory: the function itself (its docstring says what happens on failure), so that
     # the compiled build calls it without a Python frame.
@@ -650,43 +689,3 @@ def stream_on(device: Device, flags: int, priority: int | None) -> Stream:
     if _racing:
         _race.stream_created(stream, flags == 1)
     return stream
-
-
-def event_on(device: Device, timing: bool) -> Event:
-    """:meth:`Device.create_event` of an event that is not IPC-enabled: same failures.
-
-    In the compiled build ``device`` and its context are typed (``_device.pxd``): their fields are C reads.
-    """
-    context = device._context
-    if context is None:
-        context = device.context
-    if not context._closed:
-        flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
-        fp = _fp
-        if fp is not None:
-            # Compiled: the context check and the create in one call (statuses back; raised here).
-            err, handle = fp.event_create(context._int, flags)
-            current = handle if err == -1 else None  # -1: another context is current (an int)
-            if err > 0:
-                raise_status(err, handle)
-        else:
-            # Fast path: the device's context is current already, so no switch (C1).
-            err, current = driver.cuCtxGetCurrent()
-            if err:  # never swallowed: the slow path would ask again, a retry (C4)
-                raise_status(err, "cuCtxGetCurrent")
-            if current == context._handle:
-                err, handle = driver.cuEventCreate(flags)
-                if err:
-                    raise_status(err, "cuEventCreate")
-                current = None
-        if current is not None:
-            # Another context is current: switch in, create, restore (C1), call_in's path inlined
-            # (compiled: the three driver calls in one; their failures handled as call_switched's).
-            if fp is not None:
-                # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
-                create = getattr(fp, "event_create_switched")  # noqa: B009
-                handle = call_switched_by(context, current, create, "cuEventCreate", _event_destroy, flags)
-            else:
-                handle = call_switched(context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags)
-        return new_event(handle, context, device._ordinal, timing)
-    return Event._create(context, device._ordinal, timing)
