@@ -289,6 +289,29 @@ def test_an_executable_graph_records_the_nodes_joined_after_an_earlier_instantia
         assert "the definition has 1 nodes, the executable graph 2" in str(info.value)
 
 
+@pytest.mark.contract("E3")
+def test_nodes_keep_their_creation_order_across_the_builders(cuguard_driver: Any, dev: Device) -> None:
+    # The empty-node builder numbers its nodes lazily; the other builders and the views must still
+    # see creation order, whatever order the nodes are named in.
+    with GraphDefinition(dev) as g:
+        a = g.empty()
+        h = g.callback(lambda: None)
+        b = a.join()
+        c = g.empty(b, h, a)
+        assert list(c.pred) == [a, h, b]
+        d = g.empty()
+        d.pred |= {c, b}
+        assert list(d.pred) == [b, c]
+        assert [repr(n).split()[2] for n in (a, h, b, c, d)] == ["#0", "#1", "#2", "#3", "#4"]
+    with GraphDefinition(dev) as g:
+        first = g.empty()
+        assert repr(first).startswith("<Node empty #0 ")  # numbered when asked
+    g = GraphDefinition(dev)
+    never_numbered = g.empty()
+    g.close()
+    assert repr(never_numbered).startswith("<Node empty #? ")  # closed before anything asked
+
+
 @pytest.mark.contract("G3")
 def test_update_refused_by_the_driver_is_a_graph_update_error(cuguard_driver: Any, dev: Device) -> None:
     with GraphDefinition(dev) as g:

@@ -159,6 +159,8 @@ class NodeBuilders:
 
     def _publish(self, handle: Any, kind: str, info: dict[str, Any] | None, context: Context | None) -> Node:
         """Make the Node of a node the driver created part of this definition."""
+        if self._fresh:
+            self._settle()  # type: ignore[attr-defined]  # the empty-node builder's nodes are numbered first
         node = Node._make(self, handle, kind, self._next_order, {} if info is None else info)  # type: ignore[arg-type]
         self._next_order += 1
         self._nodes[node._int] = node  # published: from here on it is part of the definition

@@ -202,12 +202,20 @@ class GraphDefinition(DefinitionFields, NodeBuilders):
         return node
 
     def _settle(self) -> None:
-        """Key the nodes the hot builders made in :attr:`_nodes` (they skip ``int(handle)`` and the insert)."""
+        """Key and number the nodes the hot builder made (it skips ``int(handle)``, the insert and the count).
+
+        They take the next orders in the order they were made. Everything that numbers a node
+        or reads ``_next_order`` settles first, so creation order is kept.
+        """
         fresh = self._fresh
         if fresh:
             nodes = self._nodes
+            order = self._next_order
             for node in fresh:
                 nodes[node._int] = node
+                node._order = order
+                order += 1
+            self._next_order = order
             self._fresh = []
 
     # --- reading the topology from the driver ---
@@ -446,8 +454,8 @@ class GraphDefinition(DefinitionFields, NodeBuilders):
         err, handle = driver.cuGraphClone(self._handle)
         if err:
             raise_status(err, "cuGraphClone")
+        self._settle()  # (before _next_order is read)
         copy = GraphDefinition._adopt(handle, self._context, OwnerTable(self._owners), self._next_order)
-        self._settle()
         try:
             for node in sorted(self._nodes.values(), key=_order):
                 if node._state != _LIVE:
@@ -455,7 +463,7 @@ class GraphDefinition(DefinitionFields, NodeBuilders):
                 err, found = driver.cuGraphNodeFindInClone(node._handle, handle)
                 if err:
                     raise_status(err, "cuGraphNodeFindInClone")
-                twin = Node._make(copy, found, node._kind, node._order, dict(node._info))
+                twin = Node._make(copy, found, node._kind, _order(node), dict(node._info))
                 if "branches" in twin._info:
                     twin._info["branches"] = ()  # CUDA copied the bodies; the driver cannot list them
                 copy._nodes[twin._int] = twin
@@ -486,8 +494,11 @@ class GraphDefinition(DefinitionFields, NodeBuilders):
         explains :meth:`Graph.update` refusals, the driver still checks the real graph.
         The cache's key is ``_version + _next_order``: each change adds to one of the two and
         neither ever decreases, so the sum changes with every change (each node added takes
-        an order, so adding one needs no other count).
+        an order, so adding one needs no other count; the empty-node builder's nodes take theirs
+        when settled, done here before the key is read).
         """
+        if self._fresh:
+            self._settle()
         shape = self._shape
         if shape is not None and shape[0] == self._version + self._next_order:
             return shape[1]

@@ -438,6 +438,8 @@ def instantiate_definition(definition: GraphDefinition) -> Graph:
         from cuguard.graphs import _conditional
 
         _conditional.check_instantiable(definition)
+    if definition._fresh:
+        definition._settle()  # numbers the empty-node builder's nodes: they count in the cache's key
     shape = definition._shape  # the signature's cache read here (a frame less when it is current)
     if shape is not None and shape[0] == definition._version + definition._next_order:
         kinds, edges, _ = shape[1]

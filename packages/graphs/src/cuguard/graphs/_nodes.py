@@ -114,7 +114,7 @@ class Node(Unique):
     _h: Any
     _key: int | None
     _kind: str
-    _order: int
+    _order: int | None  # None until its definition numbers it (a node of the empty-node builder: see _order)
     _state: int
     _info: dict[str, Any]
 
@@ -183,7 +183,11 @@ class Node(Unique):
 
     def __repr__(self) -> str:
         state = {_LIVE: "", _DESTROYED: " destroyed", _LEAKED: " leaked"}[self._state]
-        return f"<Node {self._kind} #{self._order} {format_handle(self._int)}{state}>"
+        order = self._order
+        if order is None and self._graph._fresh:
+            order = _order(self)
+        number = "?" if order is None else order  # None: its definition was closed before it was numbered
+        return f"<Node {self._kind} #{number} {format_handle(self._int)}{state}>"
 
     # --- parameters ---
 
@@ -791,14 +795,11 @@ def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, .
     definition open, each dependency a live node of it, none given twice (E3: raised before any
     driver call, through the definition's own checks, which name the problem), then one driver call
     that creates the node with its edges or nothing (``cuGraphAddEmptyNode``; a refusal raises
-    :class:`~cuguard.errors.CUDAError`). The node is published unkeyed (``_fresh``): the definition
-    keys it when it next reads its nodes.
+    :class:`~cuguard.errors.CUDAError`). The node is published unkeyed and unnumbered (``_fresh``): the
+    definition keys and numbers it when it next reads its nodes or their order.
     """
     if graph._closed or graph._driver is not SETTLED_TOKEN[0]:
         graph._check_open()  # type: ignore[attr-defined]  # raises, or the driver is current after all
-    fp = _fp
-    count = 0
-    handles: list[Any] | None = None  # several dependencies' handles
     if rest:
         deps = rest if first is None else (first, *rest)
         for dep in deps:
@@ -810,46 +811,47 @@ def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, .
         else:
             if len({id(dep) for dep in deps}) != count:
                 graph._deps(deps)  # type: ignore[attr-defined]  # raises: a dependency given twice
-            handles = [dep._handle for dep in deps]  # type: ignore[attr-defined]
-    elif first is not None:
-        count = 1
+            handles: list[Any] | None = [dep._handle for dep in deps]  # type: ignore[attr-defined]
+    elif first is None:
+        count = 0
+        handles = None
+    else:
         if first._state != _LIVE:
             graph._own(first, "deps")  # type: ignore[attr-defined]
-    after: Any = None  # the one dependency's handle (for the compiled call: its address)
-    if count == 1:
-        if fp is not None:
-            after = first._key  # type: ignore[union-attr]
-            if after is None:
-                after = first._h  # type: ignore[union-attr]
-        else:
+        count = 1
+    node = Node.__new__(Node)  # (the signature's cache key counts the node once it is settled: no version bump)
+    fp = _fp
+    if fp is None or count > 1:
+        if count == 1:
             after = first._h  # type: ignore[union-attr]
             if after is None:
                 after = first._handle  # type: ignore[union-attr]
-    node = Node.__new__(Node)  # (the signature's cache key counts the node by its order: no version bump)
-    if fp is not None and count < 2:
-        # Compiled: one dependency (or none) straight to the driver, addresses in and out; the status back,
-        # raised here. The node keeps the address; its CUgraphNode is made if ever asked for.
-        err, address = fp.graph_add_empty(graph._int, after)
-        if err:
-            raise_status(err, address)
-        node._h = None
-        node._key = address
-    else:
-        if count == 1:
             handles = [after]
         err, handle = driver.cuGraphAddEmptyNode(graph._handle, handles, count)
         if err:
             raise_status(err, "cuGraphAddEmptyNode")
         node._h = handle
         node._key = None
+    else:
+        # Compiled: one dependency (or none) straight to the driver, addresses in and out; the status back,
+        # raised here. The node keeps the address; its CUgraphNode is made if ever asked for.
+        after = None
+        if count:
+            after = first._key  # type: ignore[union-attr]
+            if after is None:
+                after = first._h  # type: ignore[union-attr]
+        err, address = fp.graph_add_empty(graph._int, after)
+        if err:
+            raise_status(err, address)
+        node._h = None
+        node._key = address
     node._graph = graph  # type: ignore[assignment]
     node._kind = "empty"
-    node._order = graph._next_order
+    node._order = None  # numbered when the definition settles its fresh nodes (see _order)
     node._state = _LIVE
     node._info = _NO_INFO  # shared: an empty node's info is never changed
-    graph._next_order += 1
     fresh: list[Node] = graph._fresh
-    fresh.append(node)  # published: from here on it is part of the definition (keyed when needed)
+    fresh.append(node)  # published: from here on it is part of the definition (keyed and numbered when needed)
     return node
 
 
@@ -861,7 +863,16 @@ def _iterable(value: object, param: str) -> Iterable[object]:
 
 
 def _order(node: Node) -> int:
-    return node._order
+    """The node's creation order (the key of every sort of nodes).
+
+    A node the empty-node builder made is numbered when its definition settles its fresh nodes;
+    asking for its order settles them. Only live nodes of an open definition are sorted.
+    """
+    order = node._order
+    if order is None:
+        node._graph._settle()
+        order = node._order
+    return order  # type: ignore[return-value]  # numbered by the settle
 
 
 # --- parameters of node kinds --------------------------------------------------------------
