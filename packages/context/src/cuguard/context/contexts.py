@@ -730,14 +730,14 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
     return result
 
 
-def call_switched(
-    context: Context, previous: Any, fn: Callable[..., Any], call: str, undo: Callable[[Any], object], *args: Any
+def call_switched(  # noqa: PLR0917  # positional: a keyword call is not specialized on the hot path
+    context: Context, previous: Any, fn: Callable[[Any], Any], call: str, undo: Callable[[Any], object], arg: Any
 ) -> Any:
-    """:func:`call_in`'s switch path for one creating driver call, inlined for the hot paths.
+    """:func:`call_in`'s switch path for one creating driver call of one argument, inlined for the hot paths.
 
     For a caller that has just read the current context (``previous``, a
     handle or an int) and found it is not the open ``context``: switch in
-    with one ``cuCtxSetCurrent``, make the driver call ``fn(*args) -> (status,
+    with one ``cuCtxSetCurrent``, make the driver call ``fn(arg) -> (status,
     value)`` (``call`` is its name), restore ``previous`` with one call, and
     return ``value``. The driver calls and every failure are exactly
     :func:`call_in`'s: a refused switch raises (nothing ran); a failed call
@@ -752,8 +752,8 @@ def call_switched(
     if err:
         raise_status(err, "cuCtxSetCurrent")
     try:
-        err, value = fn(*args)
-    except BaseException as exc:  # the bindings refused an argument: restore, as call_in does
+        err, value = fn(arg)
+    except BaseException as exc:  # the bindings refused the argument: restore, as call_in does
         (rerr,) = driver.cuguardRestoreContext(previous)
         if rerr:
             add_failure_note(exc, _restore_error(rerr, previous))
@@ -764,17 +764,17 @@ def call_switched(
     return value
 
 
-def call_switched_by(
+def call_switched_by(  # noqa: PLR0917  # as call_switched
     context: Context,
     previous: Any,
-    op: Callable[..., tuple[Any, Any, Any, Any]],
+    op: Callable[[int, Any, Any], tuple[Any, Any, Any, Any]],
     call: str,
     undo: Callable[[Any], object],
-    *args: Any,
+    arg: Any,
 ) -> Any:
     """:func:`call_switched` with the switch, the call and the restore made by one compiled ``op``.
 
-    ``op(context address, previous, *args)`` switches to ``context``, makes the
+    ``op(context address, previous, arg)`` switches to ``context``, makes the
     driver call, switches back to ``previous`` and returns ``(switch status,
     status, value, restore status)`` (a refused switch: nothing else ran). Every
     failure is handled here exactly as :func:`call_switched` handles it: a
@@ -784,7 +784,7 @@ def call_switched_by(
     """
     if _any_gone[0]:
         previous = _restorable(previous)
-    serr, err, value, rerr = op(context._int, previous, *args)
+    serr, err, value, rerr = op(context._int, previous, arg)
     if serr:
         raise_status(serr, "cuCtxSetCurrent")
     if err or rerr:

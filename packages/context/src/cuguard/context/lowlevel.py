@@ -6,7 +6,7 @@ package's other underscore modules are private and may change in any release.
 The names here change only in a minor release, never in a patch release.
 
 - :func:`call_switched`: :func:`~cuguard.context.call_in`'s switch path for
-  one creating driver call, for hot paths that have just read the current
+  one creating driver call of one argument, for hot paths that have just read the current
   context themselves; :func:`call_switched_by`, the same with the switch, the
   call and the restore made by one compiled function (the compiled build's).
 - :func:`on_synchronized`: register an observer of every successful

@@ -3,7 +3,8 @@
 - :class:`~cuguard.errors.owners.Unique` (in :mod:`cuguard.errors.owners`): the
   base of every class whose objects own a driver handle (O1).
 - :func:`refuse_construction`: the ``TypeError`` for a class that only a
-  factory makes (O1).
+  factory makes (O1); :func:`source_new`, how the factories of a module
+  running as Python source make their objects without ``__init__``.
 - The release thread (O5). CUDA calls host functions and user-object
   destructors on its own threads, where no CUDA call is allowed. cuguard's
   trampolines mark those calls (:func:`enter_driver_callback`,
@@ -33,6 +34,7 @@ __all__ = [
     "flush_deferred",
     "in_driver_callback",
     "refuse_construction",
+    "source_new",
     "wrong_kind",
 ]
 
@@ -40,6 +42,20 @@ __all__ = [
 def refuse_construction(cls: type, factory: str) -> NoReturn:
     """Raise the ``TypeError`` of a class whose objects only ``factory`` makes (O1)."""
     raise TypeError(f"{cls.__name__} objects cannot be constructed directly; use {factory}")
+
+
+def source_new(module_file: str | None) -> Callable[[type], Any] | None:
+    """``object.__new__`` when ``module_file`` (a module's ``__file__``) is Python source, else ``None``.
+
+    The factories of the hot paths make their objects without ``__init__`` as
+    ``X.__new__(X) if _new is None else _new(X)``, with ``_new = source_new(__file__)``.
+    The compiled build (``_new`` is ``None``) turns ``X.__new__(X)`` into a direct C call;
+    the interpreter cannot specialize that read of ``__new__`` (the class's type, ``type``,
+    has a ``__new__`` of its own), which costs a module running as source about 200
+    interpreter instructions per object more than calling ``object.__new__`` from a global.
+    Both make the same object, for classes that define no ``__new__`` of their own. Never raises.
+    """
+    return object.__new__ if (module_file or "").endswith(".py") else None
 
 
 # --- the driver's callback threads ------------------------------------------------------------

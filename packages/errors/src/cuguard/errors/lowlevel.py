@@ -15,7 +15,8 @@ patch release never removes or changes one.
   :func:`out_of_range`, :func:`status_argument`, :func:`is_driver_status`.
 - Ownership (O1, O5): :class:`Unique` (no copies, no pickles), :class:`Owned` (the
   lifecycle of an owner of driver objects: ``with``, close, collection),
-  :func:`refuse_construction`, the release thread (:func:`defer`,
+  :func:`refuse_construction`, :func:`source_new` (how the factories of a
+  module running as source make objects), the release thread (:func:`defer`,
   :func:`deferred_count`) and the marks of code running inside a CUDA
   callback (:func:`enter_driver_callback`, :func:`exit_driver_callback`,
   :func:`in_driver_callback`).
@@ -62,6 +63,7 @@ from cuguard.errors._ownership import (
     exit_driver_callback,
     in_driver_callback,
     refuse_construction,
+    source_new,
     wrong_kind,
 )
 from cuguard.errors._seam import (
@@ -114,6 +116,7 @@ __all__ = [
     "out_of_range",
     "refuse_construction",
     "set_acquire_hook",
+    "source_new",
     "status_argument",
     "wrong_kind",
 ]

@@ -17,7 +17,7 @@ from cuguard.errors import (
     report,
     report_error,
 )
-from cuguard.errors.lowlevel import ATTRIBUTING, SETTLED_TOKEN, refuse_construction, wrong_kind
+from cuguard.errors.lowlevel import ATTRIBUTING, SETTLED_TOKEN, refuse_construction, source_new, wrong_kind
 from cuguard.graphs import _updates
 from cuguard.graphs._common import _UNINSTALLED, _check_owners, _types
 from cuguard.graphs._nodes import Collected
@@ -52,6 +52,8 @@ _GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
+# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
+_new = source_new(__file__)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -502,7 +504,7 @@ def new_graph(
     Only fields are set (nothing can fail after the driver made the graph); the compiled build sets its C slots.
     The graph belongs to ``origin``'s driver, which the caller found installed before it instantiated.
     """
-    graph = Graph.__new__(Graph)
+    graph = Graph.__new__(Graph) if _new is None else _new(Graph)
     graph._origin = weakref.ref(origin)
     graph._handle = handle
     graph._int = handle if type(handle) is int else int(handle)

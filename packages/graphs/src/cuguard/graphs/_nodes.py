@@ -23,7 +23,7 @@ from cuguard.errors import (
     format_handle,
     raise_status,
 )
-from cuguard.errors.lowlevel import SETTLED_TOKEN, int_argument, is_integer, refuse_construction, wrong_kind
+from cuguard.errors.lowlevel import SETTLED_TOKEN, int_argument, is_integer, refuse_construction, source_new, wrong_kind
 from cuguard.errors.owners import Owned, Unique  # from their defining module: the compiled classes derive from them
 from cuguard.graphs._common import _UNINSTALLED, _types
 from cuguard.graphs._edges import apply_edges
@@ -59,6 +59,8 @@ __all__ = [
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 # In the compiled build it is typed (_nodes.pxd): its methods are C calls.
 _fp: Any = None
+# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
+_new = source_new(__file__)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -819,7 +821,9 @@ def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, .
         if first._state != _LIVE:
             graph._own(first, "deps")  # type: ignore[attr-defined]
         count = 1
-    node = Node.__new__(Node)  # (the signature's cache key counts the node once it is settled: no version bump)
+    node = (
+        Node.__new__(Node) if _new is None else _new(Node)
+    )  # (the signature's cache key counts the node once it is settled: no version bump)
     fp = _fp
     if fp is None or count > 1:
         if count == 1:
@@ -845,7 +849,7 @@ def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, .
             raise_status(err, address)
         node._h = None
         node._key = address
-    node._graph = graph  # type: ignore[assignment]
+    node._graph = graph
     node._kind = "empty"
     node._order = None  # numbered when the definition settles its fresh nodes (see _order)
     node._state = _LIVE

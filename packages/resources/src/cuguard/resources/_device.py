@@ -9,7 +9,15 @@ from cuguard.context import call_in, init_driver
 from cuguard.context.contexts import Context  # from its defining module: the compiled build types contexts with it
 from cuguard.context.lowlevel import call_switched, call_switched_by
 from cuguard.errors import ResourceClosedError, driver, driver_token, raise_status
-from cuguard.errors.lowlevel import INT_LIMIT, SIZE_LIMIT, deferring_lock, driver_state, int_argument, wrong_kind
+from cuguard.errors.lowlevel import (
+    INT_LIMIT,
+    SIZE_LIMIT,
+    deferring_lock,
+    driver_state,
+    int_argument,
+    source_new,
+    wrong_kind,
+)
 from cuguard.resources import _race
 from cuguard.resources._base import driver_types
 from cuguard.resources._fast import follow_compiled
@@ -74,6 +82,8 @@ def _ctx_sync() -> None:
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
+# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
+_new = source_new(__file__)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -196,7 +206,7 @@ def allocate_on(device: Device, size: int, stream: Stream | None = None) -> Buff
         err, ptr = driver.cuMemAllocAsync(size, s._handle)
         if err:
             raise_status(err, "cuMemAllocAsync")
-    buf = Buffer.__new__(Buffer)
+    buf = Buffer.__new__(Buffer) if _new is None else _new(Buffer)
     buf._handle = ptr
     buf._context = context
     buf._owned = True

@@ -17,6 +17,7 @@ from cuguard.errors.lowlevel import (
     enter_driver_callback,
     exit_driver_callback,
     in_driver_callback,
+    source_new,
     wrong_kind,
 )
 from cuguard.resources import _captures, _race
@@ -82,6 +83,8 @@ def _drain_host_callbacks() -> None:
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
+# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
+_new = source_new(__file__)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -623,7 +626,7 @@ def new_event(handle: Any, context: Context, device: int, timing: bool) -> Event
 
     In the compiled build its fields are set as C slots (``_stream.pxd``).
     """
-    event = Event.__new__(Event)
+    event = Event.__new__(Event) if _new is None else _new(Event)
     event._handle = handle
     event._context = context
     event._owned = True
@@ -639,7 +642,7 @@ def new_stream(handle: Any, context: Context, device: int) -> Stream:
     Nobody else may capture it yet (``_may_capture`` unset). In the compiled build its fields are
     set as C slots (``_stream.pxd``).
     """
-    stream = Stream.__new__(Stream)
+    stream = Stream.__new__(Stream) if _new is None else _new(Stream)
     stream._handle = handle
     stream._context = context
     stream._owned = True
