@@ -248,13 +248,7 @@ def event_on(device: Device, *, timing: bool = False, ipc_enabled: bool = False)
     if not context._closed:
         flags = 0 if timing else 2  # CU_EVENT_DISABLE_TIMING
         fp = _fp
-        if fp is not None:
-            # Compiled: the context check and the create in one call (statuses back; raised here).
-            err, handle = fp.event_create(context._int, flags)
-            current = handle if err == -1 else None  # -1: another context is current (an int)
-            if err > 0:
-                raise_status(err, handle)
-        else:
+        if fp is None:
             # Fast path: the device's context is current already, so no switch (C1).
             err, current = driver.cuCtxGetCurrent()
             if err:  # never swallowed: the slow path would ask again, a retry (C4)
@@ -263,16 +257,18 @@ def event_on(device: Device, *, timing: bool = False, ipc_enabled: bool = False)
                 err, handle = driver.cuEventCreate(flags)
                 if err:
                     raise_status(err, "cuEventCreate")
-                current = None
-        if current is not None:
-            # Another context is current: switch in, create, restore (C1), call_in's path inlined
-            # (compiled: the three driver calls in one; their failures handled as call_switched's).
-            if fp is not None:
-                # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
-                create = getattr(fp, "event_create_switched")  # noqa: B009
-                handle = call_switched_by(context, current, create, "cuEventCreate", _event_destroy, flags)
-            else:
+            else:  # another context is current: switch in, create, restore (C1), call_in's path inlined
                 handle = call_switched(context, current, driver.cuEventCreate, "cuEventCreate", _event_destroy, flags)
+        else:
+            # Compiled: the context check and the create in one call (statuses back; raised here).
+            err, handle = fp.event_create(context._int, flags)
+            if err == -1:  # another context is current (``handle``: it, an int): the three driver calls
+                # in one, their failures handled as call_switched's (getattr: the bound method as a
+                # Python callable; fp's C methods cannot be passed)
+                create = getattr(fp, "event_create_switched")  # noqa: B009
+                handle = call_switched_by(context, handle, create, "cuEventCreate", _event_destroy, flags)
+            elif err:
+                raise_status(err, handle)
         return new_event(handle, context, device._ordinal, timing)
     return Event._create(context, device._ordinal, timing)
 
@@ -663,13 +659,7 @@ def stream_on(device: Device, flags: int, priority: int | None) -> Stream:
         context = device.context
     if priority is None and not context._closed:
         fp = _fp
-        if fp is not None:
-            # Compiled: the context check and the create in one call (statuses back; raised here).
-            err, handle = fp.stream_create(context._int, flags)
-            current = handle if err == -1 else None  # -1: another context is current (an int)
-            if err > 0:
-                raise_status(err, handle)
-        else:
+        if fp is None:
             # Fast path: the device's context is current already, so no switch (C1).
             err, current = driver.cuCtxGetCurrent()
             if err:  # never swallowed: the slow path would ask again, a retry (C4)
@@ -678,18 +668,20 @@ def stream_on(device: Device, flags: int, priority: int | None) -> Stream:
                 err, handle = driver.cuStreamCreate(flags)
                 if err:
                     raise_status(err, "cuStreamCreate")
-                current = None
-        if current is not None:
-            # Another context is current: switch in, create, restore (C1), call_in's path inlined
-            # (compiled: the three driver calls in one; their failures handled as call_switched's).
-            if fp is not None:
-                # (getattr: the bound method as a Python callable; fp's C methods cannot be passed)
-                create = getattr(fp, "stream_create_switched")  # noqa: B009
-                handle = call_switched_by(context, current, create, "cuStreamCreate", _stream_destroy, flags)
-            else:
+            else:  # another context is current: switch in, create, restore (C1), call_in's path inlined
                 handle = call_switched(
                     context, current, driver.cuStreamCreate, "cuStreamCreate", _stream_destroy, flags
                 )
+        else:
+            # Compiled: the context check and the create in one call (statuses back; raised here).
+            err, handle = fp.stream_create(context._int, flags)
+            if err == -1:  # another context is current (``handle``: it, an int): the three driver calls
+                # in one, their failures handled as call_switched's (getattr: the bound method as a
+                # Python callable; fp's C methods cannot be passed)
+                create = getattr(fp, "stream_create_switched")  # noqa: B009
+                handle = call_switched_by(context, handle, create, "cuStreamCreate", _stream_destroy, flags)
+            elif err:
+                raise_status(err, handle)
         stream = new_stream(handle, context, device._ordinal)
         if _racing:
             _race.stream_created(stream, flags == 1)
