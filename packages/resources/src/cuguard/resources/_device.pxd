@@ -36,3 +36,5 @@ cpdef event_on(DeviceFields device, timing=*, ipc_enabled=*)
 
 @cython.locals(context=Context, s=Stream, buf=Buffer)
 cpdef allocate_on(DeviceFields device, size, stream=*)
+
+cdef object _compiled_refused(Context context, err, value, str switched, str call, undo, flags)

@@ -223,6 +223,23 @@ def allocate_on(device: Device, size: int, stream: Stream | None = None) -> Buff
     return buf
 
 
+def _compiled_refused(  # noqa: PLR0917  # a C function in the compiled build, called positionally
+    context: Context, err: int, value: Any, switched: str, call: str, undo: Any, flags: int
+) -> Any:
+    """What a compiled create that did not create answered (status ``err``, ``value``): the handle, or raised.
+
+    Status -1: another context is current (``value``: it, an int), so the compiled ``switched``
+    makes the switch, the create ``call`` and the restore in one, their failures handled as
+    :func:`~cuguard.context.lowlevel.call_switched`'s (``undo`` destroys what a failed restore
+    leaves). Any other status raises its :class:`~cuguard.errors.CUDAError`. A C function in the
+    compiled build (``_device.pxd``); the pure-Python build never calls it.
+    """
+    if err == -1:
+        # (getattr: the bound method as a Python callable; the compiled calls' C methods cannot be passed)
+        return call_switched_by(context, value, getattr(_fp, switched), call, undo, flags)
+    raise_status(err, value)
+
+
 def event_on(device: Device, *, timing: bool = False, ipc_enabled: bool = False) -> Event:
     """A new event on ``device`` (``Device.create_event`` is this function).
 
@@ -262,13 +279,10 @@ def event_on(device: Device, *, timing: bool = False, ipc_enabled: bool = False)
         else:
             # Compiled: the context check and the create in one call (statuses back; raised here).
             err, handle = fp.event_create(context._int, flags)
-            if err == -1:  # another context is current (``handle``: it, an int): the three driver calls
-                # in one, their failures handled as call_switched's (getattr: the bound method as a
-                # Python callable; fp's C methods cannot be passed)
-                create = getattr(fp, "event_create_switched")  # noqa: B009
-                handle = call_switched_by(context, handle, create, "cuEventCreate", _event_destroy, flags)
-            elif err:
-                raise_status(err, handle)
+            if err:
+                handle = _compiled_refused(
+                    context, err, handle, "event_create_switched", "cuEventCreate", _event_destroy, flags
+                )
         return new_event(handle, context, device._ordinal, timing)
     return Event._create(context, device._ordinal, timing)
 
@@ -675,13 +689,10 @@ def stream_on(device: Device, flags: int, priority: int | None) -> Stream:
         else:
             # Compiled: the context check and the create in one call (statuses back; raised here).
             err, handle = fp.stream_create(context._int, flags)
-            if err == -1:  # another context is current (``handle``: it, an int): the three driver calls
-                # in one, their failures handled as call_switched's (getattr: the bound method as a
-                # Python callable; fp's C methods cannot be passed)
-                create = getattr(fp, "stream_create_switched")  # noqa: B009
-                handle = call_switched_by(context, handle, create, "cuStreamCreate", _stream_destroy, flags)
-            elif err:
-                raise_status(err, handle)
+            if err:
+                handle = _compiled_refused(
+                    context, err, handle, "stream_create_switched", "cuStreamCreate", _stream_destroy, flags
+                )
         stream = new_stream(handle, context, device._ordinal)
         if _racing:
             _race.stream_created(stream, flags == 1)
