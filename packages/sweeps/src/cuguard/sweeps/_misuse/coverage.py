@@ -185,6 +185,8 @@ COVERAGE: dict[str, str] = {
     "errors.forget_sticky_fault": "step:fault",
     "errors.out_of_range": "op:errors.wrong_kind",
     "errors.refuse_construction": "step:construct",
+    "errors.source_new": "a pure function of a module's file name (object.__new__ or None): no driver call, "
+    "no object of cuguard's, nothing to misuse",
     # --- context ---
     "context.Context()": "step:construct",
     **_rows(
