@@ -75,3 +75,67 @@ def test_compiled_graphs_refuse_the_pure_resources() -> None:
     assert out.startswith(
         "refused: cuguard-graphs is the compiled build but cuguard-resources is the pure-Python one"
     ), out
+
+
+@pytest.mark.contract("G1", "O1")
+def test_pure_upper_layers_over_the_compiled_errors_layer_make_their_objects() -> None:
+    """Pure-Python resources and graphs over the compiled errors layer create, use and release (G1, O1).
+
+    Allowed (an editable install of the upper layers over compiled wheels is one): their classes
+    derive from the compiled ``Owned``/``Unique``, and the hot factories must make their objects
+    with those bases' ``__new__``, never leaving a created driver object without its owner.
+    """
+    import cuguard.errors
+
+    if not cuguard.errors.compiled:
+        if REQUIRED:
+            pytest.fail("the compiled build is required here, but cuguard.errors.owners is pure Python")
+        pytest.skip("the pure-Python build of the errors layer: no compiled base")
+    code = (
+        "import importlib.machinery, importlib.util, pathlib, sys\n"
+        "import cuguard, cuguard.errors\n"
+        "folders = {}\n"
+        "for layer in ('resources', 'graphs'):\n"
+        "    spec = importlib.machinery.PathFinder.find_spec('cuguard.' + layer, cuguard.__path__)\n"
+        "    folders['cuguard.' + layer] = pathlib.Path(spec.submodule_search_locations[0])\n"
+        "class Missing:\n"
+        "    @staticmethod\n"
+        "    def create_module(spec):\n"
+        "        return None\n"
+        "    @staticmethod\n"
+        "    def exec_module(module):\n"
+        "        raise ImportError('no compiled driver calls in this build')\n"
+        "class PureUpper:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'cuguard.resources._native':\n"
+        "            return importlib.util.spec_from_loader(name, Missing)\n"
+        "        head, _, tail = name.rpartition('.')\n"
+        "        if head in folders and (folders[head] / (tail + '.py')).is_file():\n"
+        "            return importlib.util.spec_from_file_location(name, folders[head] / (tail + '.py'))\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, PureUpper)\n"
+        "import cuguard.resources, cuguard.graphs\n"
+        "from cuguard.resources import Device\n"
+        "from cuguard.graphs import GraphDefinition\n"
+        "from cuguard.testing import simulated_driver\n"
+        "assert cuguard.errors.compiled and not cuguard.resources.compiled and not cuguard.graphs.compiled\n"
+        "with simulated_driver() as sim:\n"
+        "    dev = Device(0)\n"
+        "    dev.set_current()  # retains the primary context, which stays\n"
+        "    before = len(sim.live_objects())\n"
+        "    stream = dev.create_stream()\n"
+        "    event = dev.create_event()\n"
+        "    buf = dev.allocate(256, stream)\n"
+        "    g = GraphDefinition(dev)\n"
+        "    g.empty().join().join()\n"
+        "    with g.instantiate() as graph:\n"
+        "        graph.launch(stream)\n"
+        "    stream.sync()\n"
+        "    for obj in (buf, event, stream, g):\n"
+        "        obj.close()\n"
+        "    print('made and released', [o.kind for o in sim.live_objects()][before:])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "made and released []", result.stdout

@@ -21,7 +21,7 @@ import queue
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from cuguard.errors import _seam
 from cuguard.errors._locks import _state, deferring_lock
@@ -44,18 +44,19 @@ def refuse_construction(cls: type, factory: str) -> NoReturn:
     raise TypeError(f"{cls.__name__} objects cannot be constructed directly; use {factory}")
 
 
-def source_new(module_file: str | None) -> Callable[[type], Any] | None:
-    """``object.__new__`` when ``module_file`` (a module's ``__file__``) is Python source, else ``None``.
+def source_new(module_file: str | None, cls: type) -> Callable[[type], Any] | None:
+    """``cls.__new__`` when ``module_file`` (a module's ``__file__``) is Python source, else ``None``.
 
     The factories of the hot paths make their objects without ``__init__`` as
-    ``X.__new__(X) if _new is None else _new(X)``, with ``_new = source_new(__file__)``.
-    The compiled build (``_new`` is ``None``) turns ``X.__new__(X)`` into a direct C call;
-    the interpreter cannot specialize that read of ``__new__`` (the class's type, ``type``,
-    has a ``__new__`` of its own), which costs a module running as source about 200
-    interpreter instructions per object more than calling ``object.__new__`` from a global.
-    Both make the same object, for classes that define no ``__new__`` of their own. Never raises.
+    ``X.__new__(X) if _new_x is None else _new_x(X)``, with ``_new_x = source_new(__file__, X)``.
+    The compiled build (``None``) turns ``X.__new__(X)`` into a direct C call; the interpreter
+    cannot specialize that read of ``__new__`` (the class's type, ``type``, has a ``__new__``
+    of its own), which costs a module running as source about 200 interpreter instructions per
+    object more than calling the same ``__new__`` read once into a global. It is ``cls``'s own
+    ``__new__`` (``object.__new__``, or a compiled base's where a source module's class derives
+    from a compiled one), so both make the same object. Never raises.
     """
-    return object.__new__ if (module_file or "").endswith(".py") else None
+    return cast("Callable[[type], Any]", cls.__new__) if (module_file or "").endswith(".py") else None
 
 
 # --- the driver's callback threads ------------------------------------------------------------

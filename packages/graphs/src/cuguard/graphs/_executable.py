@@ -52,8 +52,6 @@ _GRAPH_EXEC_UPDATE_FAILURE = 910  # CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
-# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
-_new = source_new(__file__)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -492,6 +490,10 @@ def _exec_destroy(handle: Any) -> None:
         raise_status(err, "cuGraphExecDestroy")
 
 
+# How new_graph makes a Graph without __init__ (source_new: None in the compiled build).
+_new_graph = source_new(__file__, Graph)
+
+
 def new_graph(
     handle: Any,
     context: Context | None,
@@ -504,7 +506,7 @@ def new_graph(
     Only fields are set (nothing can fail after the driver made the graph); the compiled build sets its C slots.
     The graph belongs to ``origin``'s driver, which the caller found installed before it instantiated.
     """
-    graph = Graph.__new__(Graph) if _new is None else _new(Graph)
+    graph = Graph.__new__(Graph) if _new_graph is None else _new_graph(Graph)
     graph._origin = weakref.ref(origin)
     graph._handle = handle
     graph._int = handle if type(handle) is int else int(handle)

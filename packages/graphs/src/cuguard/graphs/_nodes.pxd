@@ -9,8 +9,8 @@ from cuguard.errors.owners cimport Owned, Unique
 
 # The resources layer's compiled calls while in use (else None): a C global, read without a lookup.
 cdef object _fp
-# source_new(__file__): None here (the factories' X.__new__(X) is a direct C call); a C global.
-cdef object _new
+# source_new(__file__, X): None here (the factories' X.__new__(X) is a direct C call); C globals.
+cdef object _new_node
 
 
 cdef class Node(Unique):

@@ -59,8 +59,6 @@ __all__ = [
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 # In the compiled build it is typed (_nodes.pxd): its methods are C calls.
 _fp: Any = None
-# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
-_new = source_new(__file__)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -785,6 +783,8 @@ def close_definition(graph: DefinitionFields) -> None:
         raise CUDAError(err, "cuGraphDestroy", f"graph {format_handle(graph._int)} was leaked")
 
 
+# How add_empty makes a Node without __init__ (source_new: None in the compiled build).
+_new_node = source_new(__file__, Node)
 _NO_INFO: dict[str, Any] = {}  # the info of every empty node the hot builder makes: read, copied, never changed
 
 
@@ -822,7 +822,7 @@ def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, .
             graph._own(first, "deps")  # type: ignore[attr-defined]
         count = 1
     node = (
-        Node.__new__(Node) if _new is None else _new(Node)
+        Node.__new__(Node) if _new_node is None else _new_node(Node)
     )  # (the signature's cache key counts the node once it is settled: no version bump)
     fp = _fp
     if fp is None or count > 1:

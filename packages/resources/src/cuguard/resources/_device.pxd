@@ -8,8 +8,8 @@ from cuguard.resources._native cimport Calls
 
 # The compiled calls while in use (else None): typed, so that its methods are C calls.
 cdef Calls _fp
-# source_new(__file__): None here (the factories' X.__new__(X) is a direct C call); a C global.
-cdef object _new
+# source_new(__file__, X): None here (the factories' X.__new__(X) is a direct C call); C globals.
+cdef object _new_buffer
 # Whether the race checker is on (_race.follow keeps it current).
 cdef bint _racing
 

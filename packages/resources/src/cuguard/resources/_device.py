@@ -82,8 +82,8 @@ def _ctx_sync() -> None:
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
-# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
-_new = source_new(__file__)
+# How allocate_on makes a Buffer without __init__ (source_new: None in the compiled build).
+_new_buffer = source_new(__file__, Buffer)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -206,7 +206,7 @@ def allocate_on(device: Device, size: int, stream: Stream | None = None) -> Buff
         err, ptr = driver.cuMemAllocAsync(size, s._handle)
         if err:
             raise_status(err, "cuMemAllocAsync")
-    buf = Buffer.__new__(Buffer) if _new is None else _new(Buffer)
+    buf = Buffer.__new__(Buffer) if _new_buffer is None else _new_buffer(Buffer)
     buf._handle = ptr
     buf._context = context
     buf._owned = True

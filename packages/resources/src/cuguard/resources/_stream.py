@@ -83,8 +83,6 @@ def _drain_host_callbacks() -> None:
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
-# How the hot factories make objects without __init__ here (source_new: None in the compiled build).
-_new = source_new(__file__)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -621,12 +619,17 @@ class Event(Resource):
         return float(ms)
 
 
+# How new_event and new_stream make their objects without __init__ (source_new: None in the compiled build).
+_new_event = source_new(__file__, Event)
+_new_stream = source_new(__file__, Stream)
+
+
 def new_event(handle: Any, context: Context, device: int, timing: bool) -> Event:
     """A new open, owned :class:`Event` for ``handle`` (just created in ``context``): the hot paths' factory.
 
     In the compiled build its fields are set as C slots (``_stream.pxd``).
     """
-    event = Event.__new__(Event) if _new is None else _new(Event)
+    event = Event.__new__(Event) if _new_event is None else _new_event(Event)
     event._handle = handle
     event._context = context
     event._owned = True
@@ -642,7 +645,7 @@ def new_stream(handle: Any, context: Context, device: int) -> Stream:
     Nobody else may capture it yet (``_may_capture`` unset). In the compiled build its fields are
     set as C slots (``_stream.pxd``).
     """
-    stream = Stream.__new__(Stream) if _new is None else _new(Stream)
+    stream = Stream.__new__(Stream) if _new_stream is None else _new_stream(Stream)
     stream._handle = handle
     stream._context = context
     stream._owned = True
