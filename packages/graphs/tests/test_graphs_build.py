@@ -21,6 +21,38 @@ from cuguard.graphs import _executable, _nodes
 REQUIRED = os.environ.get("CUGUARD_REQUIRE_COMPILED") == "1"
 
 
+def _load_as_source(*layers: str) -> str:
+    """Python code that makes the next imports of ``layers`` load their modules from the ``.py`` sources.
+
+    The resources layer's compiled driver calls (``_native``) then refuse to load, as in a pure-Python install.
+    """
+    return (
+        "import importlib.machinery, importlib.util, pathlib, sys\n"
+        "import cuguard\n"
+        "folders = {}\n"
+        f"for layer in {layers!r}:\n"
+        "    spec = importlib.machinery.PathFinder.find_spec('cuguard.' + layer, cuguard.__path__)\n"
+        "    folders['cuguard.' + layer] = pathlib.Path(spec.submodule_search_locations[0])\n"
+        "class Missing:\n"
+        "    @staticmethod\n"
+        "    def create_module(spec):\n"
+        "        return None\n"
+        "    @staticmethod\n"
+        "    def exec_module(module):\n"
+        "        raise ImportError('no compiled driver calls in this build')\n"
+        "class FromSource:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'cuguard.resources._native':\n"
+        "            return importlib.util.spec_from_loader(name, Missing)\n"
+        "        head, _, tail = name.rpartition('.')\n"
+        "        if head in folders and (folders[head] / (tail + '.py')).is_file():\n"
+        "            return importlib.util.spec_from_file_location(name, folders[head] / (tail + '.py'))\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, FromSource)\n"
+    )
+
+
 def test_the_flag_says_which_build_runs() -> None:
     """``cuguard.graphs.compiled`` is true exactly when the module defining ``Node`` is an extension."""
     assert isinstance(cuguard.graphs.compiled, bool)
@@ -41,28 +73,7 @@ def test_compiled_graphs_refuse_the_pure_resources() -> None:
         pytest.skip("the pure-Python build of the graphs layer: nothing to refuse")
     # The resources layer's compiled modules load from their .py sources; its driver calls are missing.
     code = (
-        "import importlib.machinery, importlib.util, pathlib, sys\n"
-        "import cuguard\n"
-        "package = importlib.machinery.PathFinder.find_spec('cuguard.resources', cuguard.__path__)\n"
-        "folder = pathlib.Path(package.submodule_search_locations[0])\n"
-        "class Missing:\n"
-        "    @staticmethod\n"
-        "    def create_module(spec):\n"
-        "        return None\n"
-        "    @staticmethod\n"
-        "    def exec_module(module):\n"
-        "        raise ImportError('no compiled driver calls in this build')\n"
-        "class PureResources:\n"
-        "    @staticmethod\n"
-        "    def find_spec(name, path=None, target=None):\n"
-        "        if name == 'cuguard.resources._native':\n"
-        "            return importlib.util.spec_from_loader(name, Missing)\n"
-        "        head, _, tail = name.rpartition('.')\n"
-        "        if head == 'cuguard.resources' and (folder / (tail + '.py')).is_file():\n"
-        "            return importlib.util.spec_from_file_location(name, folder / (tail + '.py'))\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, PureResources)\n"
-        "import cuguard.resources\n"
+        _load_as_source("resources") + "import cuguard.resources\n"
         "from cuguard.resources import _base\n"
         "assert _base.__file__.endswith('.py'), 'the pure resources did not load'\n"
         "assert not cuguard.resources.compiled, 'the driver calls loaded'\n"
@@ -92,29 +103,7 @@ def test_pure_upper_layers_over_the_compiled_errors_layer_make_their_objects() -
             pytest.fail("the compiled build is required here, but cuguard.errors.owners is pure Python")
         pytest.skip("the pure-Python build of the errors layer: no compiled base")
     code = (
-        "import importlib.machinery, importlib.util, pathlib, sys\n"
-        "import cuguard, cuguard.errors\n"
-        "folders = {}\n"
-        "for layer in ('resources', 'graphs'):\n"
-        "    spec = importlib.machinery.PathFinder.find_spec('cuguard.' + layer, cuguard.__path__)\n"
-        "    folders['cuguard.' + layer] = pathlib.Path(spec.submodule_search_locations[0])\n"
-        "class Missing:\n"
-        "    @staticmethod\n"
-        "    def create_module(spec):\n"
-        "        return None\n"
-        "    @staticmethod\n"
-        "    def exec_module(module):\n"
-        "        raise ImportError('no compiled driver calls in this build')\n"
-        "class PureUpper:\n"
-        "    @staticmethod\n"
-        "    def find_spec(name, path=None, target=None):\n"
-        "        if name == 'cuguard.resources._native':\n"
-        "            return importlib.util.spec_from_loader(name, Missing)\n"
-        "        head, _, tail = name.rpartition('.')\n"
-        "        if head in folders and (folders[head] / (tail + '.py')).is_file():\n"
-        "            return importlib.util.spec_from_file_location(name, folders[head] / (tail + '.py'))\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, PureUpper)\n"
+        _load_as_source("resources", "graphs") + "import cuguard.errors\n"
         "import cuguard.resources, cuguard.graphs\n"
         "from cuguard.resources import Device\n"
         "from cuguard.graphs import GraphDefinition\n"
