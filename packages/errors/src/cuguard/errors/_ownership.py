@@ -54,9 +54,13 @@ def source_new(module_file: str | None, cls: type) -> Callable[[type], Any] | No
     of its own), which costs a module running as source about 200 interpreter instructions per
     object more than calling the same ``__new__`` read once into a global. It is ``cls``'s own
     ``__new__`` (``object.__new__``, or a compiled base's where a source module's class derives
-    from a compiled one), so both make the same object. Never raises.
+    from a compiled one), so both make the same object. ``TypeError`` when ``cls`` is not a class;
+    nothing else raises.
     """
-    return cast("Callable[[type], Any]", cls.__new__) if (module_file or "").endswith(".py") else None
+    if not isinstance(cls, type):
+        raise wrong_kind("cls", "a class", cls)
+    source = isinstance(module_file, str) and module_file.endswith(".py")
+    return cast("Callable[[type], Any]", cls.__new__) if source else None
 
 
 # --- the driver's callback threads ------------------------------------------------------------

@@ -205,18 +205,22 @@ class GraphDefinition(DefinitionFields, NodeBuilders):
         """Key and number the nodes the hot builder made (it skips ``int(handle)``, the insert and the count).
 
         They take the next orders in the order they were made. Everything that numbers a node
-        or reads ``_next_order`` settles first, so creation order is kept.
+        or reads ``_next_order`` settles first, so creation order is kept. The list is kept and
+        only what was read is removed (one ``del``): a node the builder appends meanwhile (a
+        collection or another thread reading the definition while it is built) waits for the
+        next settle instead of being lost.
         """
         fresh = self._fresh
         if fresh:
+            settled = fresh[:]
             nodes = self._nodes
             order = self._next_order
-            for node in fresh:
+            for node in settled:
                 nodes[node._int] = node
                 node._order = order
                 order += 1
             self._next_order = order
-            self._fresh = []
+            del fresh[: len(settled)]
 
     # --- reading the topology from the driver ---
 

@@ -184,8 +184,10 @@ class Node(Unique):
     def __repr__(self) -> str:
         state = {_LIVE: "", _DESTROYED: " destroyed", _LEAKED: " leaked"}[self._state]
         order = self._order
-        if order is None and self._graph._fresh:
-            order = _order(self)
+        if order is None:  # not numbered yet: the number its definition will give it (read, not settled)
+            graph = self._graph
+            fresh = graph._fresh
+            order = next((graph._next_order + i for i, node in enumerate(fresh) if node is self), None)
         number = "?" if order is None else order  # None: its definition was closed before it was numbered
         return f"<Node {self._kind} #{number} {format_handle(self._int)}{state}>"
 
@@ -821,9 +823,8 @@ def add_empty(graph: DefinitionFields, first: Node | None, rest: tuple[object, .
         if first._state != _LIVE:
             graph._own(first, "deps")  # type: ignore[attr-defined]
         count = 1
-    node = (
-        Node.__new__(Node) if _new_node is None else _new_node(Node)
-    )  # (the signature's cache key counts the node once it is settled: no version bump)
+    # (the signature's cache key counts the node once it is settled: no version bump)
+    node = Node.__new__(Node) if _new_node is None else _new_node(Node)
     fp = _fp
     if fp is None or count > 1:
         if count == 1:

@@ -185,8 +185,9 @@ COVERAGE: dict[str, str] = {
     "errors.forget_sticky_fault": "step:fault",
     "errors.out_of_range": "op:errors.wrong_kind",
     "errors.refuse_construction": "step:construct",
-    "errors.source_new": "a pure function of a module's file name (object.__new__ or None): no driver call, "
-    "no object of cuguard's, nothing to misuse",
+    "errors.source_new": "a pure function of a module's file name and a class (the class's __new__ or None), "
+    "called once per module at import: no driver call, no object; a cls that is not a class is a TypeError "
+    "(its own tests)",
     # --- context ---
     "context.Context()": "step:construct",
     **_rows(
