@@ -86,8 +86,9 @@ class Resource(Owned):
     __slots__ = ("__weakref__", "_closed", "_context", "_handle", "_owned")
 
     _what: ClassVar[str] = "resource"
-    # Memory whose close() waits for a graph to let go has a slot of this name (W5); for every
-    # other resource this class attribute answers, with no per-object cost.
+    # Memory whose close() waits for a graph to let go has a slot of this name (W5), and events and
+    # streams one that stays False (read as a slot by __del__ of the many closed ones); for every other
+    # resource this class attribute answers, with no per-object cost.
     _release_deferred: bool = False
     _factory: ClassVar[str] = "the methods of Device (create_stream, create_event, allocate, ...)"
     # Memory's release may make calls that a stream capture prohibits (cuMemFree, cuMemFreeHost,

@@ -9,13 +9,13 @@ from cuguard.resources._native cimport Calls
 # The compiled calls while in use (else None): typed, so that its methods are C calls.
 cdef Calls _fp
 # source_new(__file__, X): None here (the factories' X.__new__(X) is a direct C call); C globals.
-cdef object _new_buffer
+cdef object _new_buffer, _new_event
 # Whether the race checker is on (_race.follow keeps it current).
 cdef bint _racing
 
 # The hot paths' factories, called in C, and the classes they make.
 from cuguard.resources._memory cimport Buffer
-from cuguard.resources._stream cimport Stream, new_event, new_stream
+from cuguard.resources._stream cimport Event, Stream, new_stream
 
 
 cdef class DeviceFields:
@@ -31,7 +31,7 @@ cdef class DeviceFields:
 @cython.locals(context=Context)
 cpdef stream_on(DeviceFields device, flags, priority)
 
-@cython.locals(context=Context)
+@cython.locals(context=Context, event=Event)
 cpdef event_on(DeviceFields device, timing=*, ipc_enabled=*)
 
 @cython.locals(context=Context, s=Stream, buf=Buffer)

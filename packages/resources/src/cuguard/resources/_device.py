@@ -30,7 +30,6 @@ from cuguard.resources._stream import (
     _event_destroy,
     as_stream,
     capturing_refusal,
-    new_event,
     new_stream,
     refuse_capturing_allocation,
 )
@@ -82,8 +81,9 @@ def _ctx_sync() -> None:
 
 # The compiled build's driver calls while in use and the seam routes to the real bindings, else None (_fast).
 _fp: Any = None
-# How allocate_on makes a Buffer without __init__ (source_new: None in the compiled build).
+# How allocate_on and event_on make their objects without __init__ (source_new: None in the compiled build).
 _new_buffer = source_new(__file__, Buffer)
+_new_event = source_new(__file__, Event)
 
 
 def _compiled_changed(ops: Any) -> None:
@@ -283,7 +283,17 @@ def event_on(device: Device, *, timing: bool = False, ipc_enabled: bool = False)
                 handle = _compiled_refused(
                     context, err, handle, "event_create_switched", "cuEventCreate", _event_destroy, flags
                 )
-        return new_event(handle, context, device._ordinal, timing)
+        # new_event's stores made here, as allocate_on makes its Buffer: a factory's frame per event is a
+        # measurable part of the pure build's create (and switch-and-restore) path.
+        event = Event.__new__(Event) if _new_event is None else _new_event(Event)
+        event._handle = handle
+        event._context = context
+        event._owned = True
+        event._device = device._ordinal
+        event._timing = timing
+        event._release_deferred = False
+        event._closed = False
+        return event
     return Event._create(context, device._ordinal, timing)
 
 

@@ -459,6 +459,7 @@ def _made_event(handle: Any, context: Any, device: int) -> Event:
     event._init(handle, context)
     event._device = device
     event._timing = False
+    event._release_deferred = False
     _ipc_events.add(event)
     return event
 

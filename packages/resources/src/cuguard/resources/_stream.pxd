@@ -19,10 +19,12 @@ cdef class Stream(Resource):
     cdef public object _device
     cdef public object _lender
     cdef public object _may_capture
+    cdef public object _release_deferred
 
 
 cdef class Event(Resource):
     cdef public object _device
+    cdef public object _release_deferred
     cdef public object _timing
 
     @cython.locals(s=Stream)

@@ -119,7 +119,8 @@ class Stream(Resource):
     once the stream is closed; none changes the current context.
     """
 
-    __slots__ = ("_borrowers", "_device", "_lender", "_may_capture")
+    # _release_deferred: always False, a slot for the same reason as Event's.
+    __slots__ = ("_borrowers", "_device", "_lender", "_may_capture", "_release_deferred")
     _what = "stream"
     _handle_type = "CUstream"
     _factory = "Device.create_stream() (or Stream.wrap() for a stream made elsewhere)"
@@ -443,7 +444,9 @@ class Event(Resource):
     :class:`~cuguard.errors.ResourceClosedError` once closed.
     """
 
-    __slots__ = ("_device", "_timing")
+    # _release_deferred: always False (only memory defers a release, W5); a slot rather than the base's
+    # class attribute, so that __del__ of a closed event reads it as a slot, the cheap read on CPython 3.12.
+    __slots__ = ("_device", "_release_deferred", "_timing")
     _what = "event"
     _handle_type = "CUevent"
     _factory = "Device.create_event() or Stream.record()"
@@ -635,6 +638,7 @@ def new_event(handle: Any, context: Context, device: int, timing: bool) -> Event
     event._owned = True
     event._device = device
     event._timing = timing
+    event._release_deferred = False
     event._closed = False
     return event
 
@@ -654,6 +658,7 @@ def new_stream(handle: Any, context: Context, device: int) -> Stream:
     stream._lender = None
     stream._borrowers = None
     stream._may_capture = False
+    stream._release_deferred = False
     return stream
 
 
