@@ -60,6 +60,16 @@ def test_create_event(device: Device) -> None:
         event.close()
 
 
+def test_create_ipc_event(device: Device) -> None:
+    shared = device.create_event(ipc_enabled=True)  # made through new_event, as Event._create's are
+    constructed = Event._create(device.context, device.ordinal, False)
+    _compare(shared, constructed, {"_handle"})
+    assert shared.is_ipc_enabled
+    assert not constructed.is_ipc_enabled
+    for event in (shared, constructed):
+        event.close()
+
+
 def test_stream_ordered_allocate(device: Device) -> None:
     stream = device.create_stream()
     inline = device.allocate(64, stream)  # stream-ordered: the inline path
@@ -76,6 +86,6 @@ def test_stream_ordered_allocate(device: Device) -> None:
 
 def test_the_compared_classes_are_the_inline_ones() -> None:
     # If a class gains a slot, the comparison above covers it: nothing to update here.
-    assert {"_may_capture", "_lender", "_borrowers"} <= _slots(Stream)
-    assert {"_timing"} <= _slots(Event)
+    assert {"_may_capture", "_lender", "_borrowers", "_release_deferred"} <= _slots(Stream)
+    assert {"_timing", "_release_deferred"} <= _slots(Event)
     assert {"_graph_used", "_release_deferred", "_mr"} <= _slots(Buffer)

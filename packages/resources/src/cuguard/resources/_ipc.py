@@ -43,7 +43,7 @@ from cuguard.errors.lowlevel import INT_LIMIT, deferring_lock, driver_state, int
 from cuguard.resources._base import driver_types
 from cuguard.resources._memory import Buffer
 from cuguard.resources._relaxed import on_own_behalf
-from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream
+from cuguard.resources._stream import Event, Stream, _event_destroy, as_stream, new_event
 
 __all__ = ["IPCAllocationHandle", "IPCBufferDescriptor", "IPCEventDescriptor"]
 
@@ -455,11 +455,7 @@ def _event_create(flags: int) -> Any:
 
 
 def _made_event(handle: Any, context: Any, device: int) -> Event:
-    event = Event.__new__(Event)
-    event._init(handle, context)
-    event._device = device
-    event._timing = False
-    event._release_deferred = False
+    event = new_event(handle, context, device, False)  # an IPC event cannot time
     _ipc_events.add(event)
     return event
 
