@@ -409,10 +409,14 @@ def test_context_destroyed_by_a_failed_create_is_refused_when_wrapped(no_context
 def test_a_context_destroyed_on_another_thread_while_current_here_is_never_switched_back_to(sim: Any, how: str) -> None:
     from cuguard.context import call_in, cleanup_in
 
-    doomed = Context.create(0)  # current on this thread from here on
+    doomed = Context.create(0)
+    doomed.set_current()  # current on this thread from here on
     worker = threading.Thread(target=doomed.close)
     worker.start()
     worker.join()
+    # The driver leaves a context destroyed on another thread current on this one.
+    _, current = driver.cuCtxGetCurrent()
+    assert int(current) == doomed._int
     other = Context.primary(0)
     run = call_in if how == "call_in" else cleanup_in
     args: tuple[Any, ...] = (None,) if how == "call_in" else ()

@@ -898,3 +898,29 @@ def test_packing_for_a_kernel_of_a_closed_module_is_refused(module: Module) -> N
     module.close()
     with pytest.raises(ResourceClosedError):
         kernel.pack([0, 1, 2])
+
+
+@pytest.mark.contract("S2")
+@pytest.mark.parametrize("make", ["create_event", "create_stream", "allocate"])
+def test_a_callers_context_destroyed_on_another_thread_is_never_switched_back_to(
+    sim: SimulatedDriver, make: str
+) -> None:
+    """The creating methods' switch paths leave no context current rather than restore a destroyed one.
+
+    A created context closed on another thread stays current on this one (the driver pops it off
+    the destroying thread's stack only). Switching back to it would crash the real driver, so the
+    restore after the switch-in-create leaves the thread with no context (the same rule as
+    ``call_in``'s, on the paths that inline the switch).
+    """
+    device = Device(0)
+    doomed = Context.create(0)
+    doomed.set_current()
+    worker = threading.Thread(target=doomed.close)
+    worker.start()
+    worker.join()
+    _, current = driver.cuCtxGetCurrent()
+    assert int(current) == doomed._int
+    made = getattr(device, make)(*((64,) if make == "allocate" else ()))
+    assert Context.current() is None
+    assert sim.misuse == []
+    made.close()

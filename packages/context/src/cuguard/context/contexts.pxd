@@ -4,6 +4,9 @@
 # source.
 from cuguard.errors.owners cimport Unique
 
+# Whether a context was ever destroyed for good (_record_gone): read on every switch path.
+cdef bint _any_gone
+
 
 cdef class Context(Unique):
     cdef object __weakref__

@@ -435,7 +435,7 @@ class Context(Unique):
             err, now = driver.cuCtxGetCurrent()
             if not err and int(now) == int(previous):
                 return
-        if _any_gone[0]:
+        if _any_gone:
             previous = _restorable(previous)
         (err,) = driver.cuguardRestoreContext(previous)
         if not err:
@@ -521,12 +521,15 @@ _contexts: weakref.WeakValueDictionary[int, Context] = weakref.WeakValueDictiona
 _GONE = "contexts destroyed for good"  # driver_state() key: ints of contexts whose cuCtxDestroy succeeded
 
 
-_any_gone = [False]  # whether _record_gone ever ran, for any driver
+#: Whether _record_gone ever ran, for any driver (a module flag: one global read on the switch paths;
+#: a C global in the compiled build).
+_any_gone = False
 
 
 def _record_gone(value: int) -> None:
     """The driver destroyed context ``value``: nothing may switch to it again, a restore included (S2)."""
-    _any_gone[0] = True
+    global _any_gone
+    _any_gone = True
     state = driver_state()
     gone = state.get(_GONE)
     if gone is None:
@@ -712,7 +715,7 @@ def call_in(context: Context, op: Callable[..., T], undo: Callable[[T], object] 
         raise_status(err, "cuCtxGetCurrent")
     if int(previous) == context._int:
         return op(*args)
-    if _any_gone[0]:  # one list read on the switch path until some context was ever destroyed
+    if _any_gone:  # one flag read on the switch path until some context was ever destroyed
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
@@ -746,7 +749,7 @@ def call_switched(  # noqa: PLR0917  # positional: a keyword call is not special
     runs ``undo(value)`` while ``context`` is still current and raises the C2
     error. Nothing is retried.
     """
-    if _any_gone[0]:  # one list read on the switch path until some context was ever destroyed
+    if _any_gone:  # one flag read on the switch path until some context was ever destroyed
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
@@ -782,7 +785,7 @@ def call_switched_by(  # noqa: PLR0917  # as call_switched
     restore being a note on it (G4); a failed restore after a successful call
     runs ``undo(value)`` while ``context`` is current and raises the C2 error.
     """
-    if _any_gone[0]:
+    if _any_gone:
         previous = _restorable(previous)
     serr, err, value, rerr = op(context._int, previous, arg)
     if serr:
@@ -847,7 +850,7 @@ def cleanup_in(context: Context, op: Callable[..., T], *args: Any, resource: tup
         return None
     if int(previous) == context._int:
         return op(*args)
-    if _any_gone[0]:  # one list read on the switch path until some context was ever destroyed
+    if _any_gone:  # one flag read on the switch path until some context was ever destroyed
         previous = _restorable(previous)
     (err,) = driver.cuCtxSetCurrent(context._handle)
     if err:
