@@ -55,6 +55,27 @@ def destroying_current_context_pops_it(d: Any) -> Obs:
 
 
 @scenario
+def context_destroyed_on_another_thread_stays_current_here(d: Any) -> Obs:
+    # Why cuguard never restores a caller's context it destroyed (S2): a created context destroyed
+    # on another thread is popped off that thread's stack only; here it stays current, and work in
+    # it is refused. Nothing switches to it afterwards (that crashes the real driver).
+    ctx = ok(ctx_create(d, 0, ok(d.cuDeviceGet(0))))
+    destroyed: Obs = []
+    worker = threading.Thread(target=lambda: destroyed.append(name(d.cuCtxDestroy(ctx)[0])))
+    worker.start()
+    worker.join()
+    err, current = d.cuCtxGetCurrent()
+    out: Obs = [*destroyed, name(err), int(current) == int(ctx)]
+    alloc = d.cuMemAlloc(256)
+    out.append(name(alloc[0]))
+    if not int(alloc[0]):
+        d.cuMemFree(alloc[1])
+    out.append(name(d.cuCtxSetCurrent(B.CUcontext(0))[0]))
+    out.append(int(ok(d.cuCtxGetCurrent())))
+    return out
+
+
+@scenario
 def primary_retain_twice(d: Any) -> Obs:
     dev = ok(d.cuDeviceGet(0))
     a = ok(d.cuDevicePrimaryCtxRetain(dev))
