@@ -7,6 +7,7 @@ when there is one) are enough to exercise every switch.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import random
 import threading
@@ -404,3 +405,116 @@ def test_create_whose_pop_and_destroy_fail_names_the_leaked_context(two: tuple[C
     assert "was destroyed" not in str(info.value)
     assert any("cuCtxDestroy" in note for note in info.value.__notes__)
     driver.cuCtxDestroy(current.handle)  # the leaked context, released by the test
+
+
+# --- The switch path the layers above inline (cuguard.context.lowlevel.call_switched) ------------------------
+
+
+def _switched(context: Context, fn: Any) -> Any:
+    """``call_switched`` as the resources layer calls it: after reading the current context itself."""
+    from cuguard.context.lowlevel import call_switched
+
+    err, previous = driver.cuCtxGetCurrent()
+    assert not err
+    return call_switched(context, previous, fn, "cuStreamCreate", _destroy_stream, 0)
+
+
+@pytest.mark.contract("G2", "G4")
+@pytest.mark.parametrize("restore", ["ok", "fails"])
+def test_switched_call_that_raises_restores_the_callers_context(two: tuple[Context, Context], restore: str) -> None:
+    # The bindings raise (rather than return a status) for an argument they refuse: the caller's
+    # context comes back all the same, and a failed restore is a note on what propagates.
+    a, b = two
+    b.set_current()
+
+    def refuse(flags: int) -> Any:
+        raise TypeError(f"refused {flags}")
+
+    plan = restore_fault(INVALID_CONTEXT) if restore == "fails" else contextlib.nullcontext()
+    with plan, pytest.raises(TypeError, match="refused 0") as info:
+        _switched(a, refuse)
+    notes = getattr(info.value, "__notes__", [])
+    if restore == "ok":
+        assert notes == []
+        assert Context.current() == b
+    else:
+        assert len(notes) == 1
+        assert "could not be restored" in notes[0]
+        assert Context.current() == a
+
+
+@pytest.mark.contract("C2", "G4")
+def test_switched_call_failure_keeps_a_failed_restore_as_its_note(two: tuple[Context, Context]) -> None:
+    a, b = two
+    b.set_current()
+    with (
+        leak_check(),
+        inject("cuStreamCreate", OUT_OF_MEMORY),
+        restore_fault(INVALID_CONTEXT),
+        pytest.raises(CUDAError) as info,
+    ):
+        _switched(a, driver.cuStreamCreate)
+    assert info.value.call == "cuStreamCreate"
+    assert info.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
+    notes = info.value.__notes__
+    assert len(notes) == 1
+    assert "could not be restored" in notes[0]
+    assert "CUDA_ERROR_INVALID_CONTEXT" in notes[0]
+
+
+@pytest.mark.contract("C2")
+@pytest.mark.parametrize("how", ["call_in", "call_switched"])
+def test_failed_restore_never_undoes_in_a_context_that_is_no_longer_current(
+    two: tuple[Context, Context], how: str
+) -> None:
+    # The restore fails and, before cuguard looks, the thread's current context changed (another
+    # switch on this thread: here the fault plan's own check makes it). Undoing there would release
+    # the new object in the wrong context: it is leaked instead, and the error says so.
+    a, b = two
+    b.set_current()
+    third = Context.create(0)
+    undone: list[Any] = []
+    created: list[Any] = []
+
+    def make(*_: Any) -> Any:
+        created.append(_make_stream())
+        return (0, created[-1]) if how == "call_switched" else created[-1]
+
+    def elsewhere(_: tuple[Any, ...]) -> bool:
+        driver.cuCtxSetCurrent(third.handle)
+        return True
+
+    def run() -> object:
+        if how == "call_in":
+            return call_in(a, make, undone.append)
+        from cuguard.context.lowlevel import call_switched
+
+        _, previous = driver.cuCtxGetCurrent()
+        return call_switched(a, previous, make, "cuStreamCreate", undone.append, 0)
+
+    try:
+        with restore_fault(INVALID_CONTEXT, when=elsewhere), pytest.raises(CUDAError) as info:
+            run()
+        assert "could not be restored" in str(info.value)
+        assert undone == []
+        assert any("was leaked" in note for note in info.value.__notes__)
+        assert Context.current() == third
+    finally:
+        for stream in created:
+            call_in(a, _destroy_stream, None, stream)
+        b.set_current()
+        third.close()
+
+
+@pytest.mark.contract("C3", "S2")
+def test_cleanup_in_a_destroyed_context_warns_and_calls_nothing(two: tuple[Context, Context]) -> None:
+    _, b = two
+    b.set_current()
+    doomed = Context.create(0)
+    doomed.close()
+    ran: list[int] = []
+    with record_calls() as log, pytest.warns(CUDAWarning, match="destroyed"):
+        assert cleanup_in(doomed, ran.append, 1) is None
+    assert ran == []
+    assert log == []
+    assert Context.current() == b

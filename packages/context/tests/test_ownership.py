@@ -257,6 +257,53 @@ def test_collecting_contexts_of_an_uninstalled_driver_releases_and_reports_nothi
 
 
 @pytest.mark.contract("O3")
+def test_leaving_a_with_block_after_its_driver_was_uninstalled_calls_nothing(sim: SimulatedDriver) -> None:
+    with simulated_driver(devices=2) as inner:
+        ctx = Context.create(0)
+        block = ctx.__enter__()  # the block began under the inner driver, which goes before it ends
+        assert Context.current() == ctx
+        inner_live = inner.live_objects()
+    assert block is ctx
+    before = sim.snapshot()
+    with record_calls() as log:
+        ctx.__exit__(None, None, None)
+    assert log == []
+    assert not sim.changes_since(before)
+    assert inner.live_objects() == inner_live
+
+
+@pytest.mark.contract("O3", "O5")
+def test_a_deferred_collection_that_runs_after_its_driver_was_uninstalled_calls_nothing(
+    sim: SimulatedDriver,
+) -> None:
+    from cuguard.errors import flush_deferred, use_driver
+    from cuguard.errors.lowlevel import defer, deferring_lock
+
+    gate = threading.Event()
+    defer(gate.wait)  # the release thread waits here until the inner driver is gone
+    inner = SimulatedDriver(2)
+    try:
+        # use_driver, not simulated_driver: the latter waits for the release thread before it uninstalls.
+        with use_driver(inner):
+            doomed = Context.create(0)
+            with deferring_lock():  # collection_deferred() holds: its release is queued
+                del doomed
+                gc.collect()
+            inner_live = inner.live_objects()
+        assert any(o.kind == "context" and o.call == "cuCtxCreate" for o in inner_live)
+        before = sim.snapshot()
+        with record_calls() as log:
+            gate.set()
+            assert flush_deferred(timeout=60)
+        assert log == []
+        assert not sim.changes_since(before)
+        assert inner.live_objects() == inner_live  # nothing reached the old driver either
+    finally:
+        gate.set()
+        inner.close()
+
+
+@pytest.mark.contract("O3")
 def test_contexts_of_the_installed_driver_are_refused_while_another_is_installed(sim: SimulatedDriver) -> None:
     created = Context.create(0)
     primary = Context.primary(0)
@@ -405,9 +452,13 @@ def test_context_destroyed_by_a_failed_create_is_refused_when_wrapped(no_context
 
 
 @pytest.mark.contract("S2")
-@pytest.mark.parametrize("how", ["call_in", "cleanup_in"])
+@pytest.mark.parametrize("how", ["call_in", "cleanup_in", "with"])
 def test_a_context_destroyed_on_another_thread_while_current_here_is_never_switched_back_to(sim: Any, how: str) -> None:
     from cuguard.context import call_in, cleanup_in
+
+    def within(context: Context, fn: Callable[[], object]) -> object:
+        with context:
+            return fn()
 
     doomed = Context.create(0)
     doomed.set_current()  # current on this thread from here on
@@ -418,9 +469,12 @@ def test_a_context_destroyed_on_another_thread_while_current_here_is_never_switc
     _, current = driver.cuCtxGetCurrent()
     assert int(current) == doomed._int
     other = Context.primary(0)
-    run = call_in if how == "call_in" else cleanup_in
-    args: tuple[Any, ...] = (None,) if how == "call_in" else ()
-    assert run(other, Context.current, *args) == other
+    if how == "with":
+        assert within(other, Context.current) == other
+    else:
+        run = call_in if how == "call_in" else cleanup_in
+        args: tuple[Any, ...] = (None,) if how == "call_in" else ()
+        assert run(other, Context.current, *args) == other
     # Restoring the destroyed context would crash the real driver: the thread is left with none.
     assert Context.current() is None
     assert sim.misuse == []

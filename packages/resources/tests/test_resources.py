@@ -5,14 +5,15 @@ from __future__ import annotations
 import gc
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from cuda.bindings.driver import CUcontext
 
 from cuguard.context import Context
-from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError
+from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError, driver
 from cuguard.resources import Buffer, Device, Event, LaunchConfig, Module, Stream, launch
 from cuguard.testing import deinitialized, inject, leak_check, record_calls, restore_fault
 
@@ -45,15 +46,24 @@ def stream(device: Device) -> Any:
     s.close()
 
 
+@pytest.fixture
+def own_context(device: Device) -> Iterator[Context]:
+    """The device's context, current during the test (so Device methods need no switch: C1)."""
+    previous = device.set_current()
+    yield device.context
+    driver.cuCtxSetCurrent(CUcontext(0) if previous is None else previous.handle)
+
+
 @pytest.mark.contract("G1", "G2", "G3")
-@pytest.mark.parametrize("caller", ["none", "other"])
+@pytest.mark.parametrize("caller", ["none", "other", "own"])
 @pytest.mark.parametrize("op", sorted(CREATORS))
 def test_failed_creation_creates_nothing_and_keeps_context(
     device: Device, stream: Stream, op: str, caller: str, request: pytest.FixtureRequest
 ) -> None:
+    # "own": the device's context is current already, the path with no switch at all (C1).
     call, create = CREATORS[op]
-    if caller == "other":
-        request.getfixturevalue("other_context")
+    if caller != "none":
+        request.getfixturevalue(f"{caller}_context")
     before = _current()
     with leak_check(), inject(call, OUT_OF_MEMORY), pytest.raises(CUDAError) as info:
         create(device, stream)
@@ -84,6 +94,50 @@ def test_failed_rollback_is_a_note(device: Device, stream: Stream) -> None:
         stream.record()
     assert info.value.call == "cuEventRecord"
     assert any("cuEventDestroy" in note for note in info.value.__notes__)
+
+
+@pytest.mark.contract("G1", "G2", "G4")
+@pytest.mark.parametrize("caller", ["none", "other", "own"])
+def test_waiting_on_a_stream_whose_temporary_event_is_refused_queues_nothing(
+    device: Device, stream: Stream, caller: str, request: pytest.FixtureRequest
+) -> None:
+    # stream.wait(other stream) makes, records and releases an event of its own: refused, none is left.
+    if caller != "none":
+        request.getfixturevalue(f"{caller}_context")
+    other = device.create_stream()
+    before = _current()
+    with leak_check(), record_calls() as log, inject("cuEventCreate", OUT_OF_MEMORY), pytest.raises(CUDAError) as info:
+        stream.wait(other)
+    assert info.value.call == "cuEventCreate"
+    assert not {"cuEventRecord", "cuStreamWaitEvent"} & {c.name for c in log}
+    assert _current() == before
+    stream.wait(other)  # G3: both streams are still usable
+    other.close()
+
+
+@pytest.mark.contract("C2", "G4", "S3")
+def test_free_refused_and_restore_refused_raises_the_free_with_the_restore_as_its_note(
+    device: Device, other_context: Context
+) -> None:
+    buf = device.allocate(64)
+    with (
+        inject("cuMemFree", OUT_OF_MEMORY),
+        restore_fault(INVALID_CONTEXT),
+        pytest.raises(CUDAError) as info,
+    ):
+        buf.close()
+    # The release's own error, not the restore's: it says the memory was leaked (S3).
+    assert info.value.call == "cuMemFree"
+    assert info.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert "leaked" in str(info.value)
+    notes = info.value.__notes__
+    assert len(notes) == 1
+    assert "could not be restored" in notes[0]
+    assert buf.closed
+    with record_calls() as log:
+        buf.close()  # idempotent: never freed twice
+    assert log == []
+    other_context.set_current()
 
 
 @pytest.mark.contract("C2", "G1")
