@@ -143,10 +143,18 @@ KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
 #                   collected unclosed) that returns at once for a closed object; no argument, state or
 #                   context check. The floor of the pure-Python build: its ratio minus this one is the cost of
 #                   cuguard's checks and of the frames of the layers it crosses.
+#   contract_floor: (switch_restore_event only) python_floor plus, each at its least, what the contract and the
+#                   layering rule add to a switched create: the API's keyword (``timing=``), a test that the
+#                   device's context was not destroyed (O3, S2), a comparison with the current context so that
+#                   it switches only when needed (C1), the switch, create and restore in a function of its own
+#                   (only the context layer switches), the restore before a failed create raises (G4), the
+#                   event's own fields, and a close that tests its context first. What the pure-Python build
+#                   can reach without giving up a clause or the layering.
 DIAGNOSTICS = (
     "compiled_floor",
     "object_floor",
     "python_floor",
+    "contract_floor",
     "raw_user_object",
     "raw_no_switch",
     "cuguard_no_switch",
@@ -522,6 +530,92 @@ class _FloorDevice:
         event._owned = True
         event._device = 0
         event._timing = False
+        event._closed = False
+        return event
+
+
+class _ContractContext:
+    """A context as the contract floor sees one: its handle and whether it was destroyed."""
+
+    __slots__ = ("_closed", "_handle")
+
+    def __init__(self, handle: Any) -> None:
+        self._handle, self._closed = handle, False
+
+
+class _ContractEvent:
+    """python_floor's event with cuguard's Event fields and a close that first tests its context (O3, S2)."""
+
+    __slots__ = ("_closed", "_context", "_device", "_handle", "_owned", "_release_deferred", "_timing")
+    _closed: Any
+    _context: Any
+    _device: Any
+    _handle: Any
+    _owned: Any
+    _release_deferred: Any
+    _timing: Any
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self._context._closed:
+            raise RawError("the event's context was destroyed: leaked")
+        self._closed = True
+        (err,) = _floor_driver.cuEventDestroy(self._handle)
+        if err:
+            _fail(err, "cuEventDestroy")
+
+    def __del__(self) -> None:
+        if self._closed:
+            return
+        self.close()
+
+
+def _contract_switched(context: _ContractContext, previous: Any, fn: Callable[[Any], Any], arg: Any) -> Any:
+    """The switch, the create and the restore in a function of their own, as the context layer makes them."""
+    d = _floor_driver
+    (err,) = d.cuCtxSetCurrent(context._handle)
+    if err:
+        _fail(err, "cuCtxSetCurrent")
+    err, value = fn(arg)
+    (rerr,) = d.cuCtxSetCurrent(previous)  # restored before a failed create raises (G4)
+    if err:
+        _fail(err, "the create")
+    if rerr:
+        _fail(rerr, "cuCtxSetCurrent")
+    return value
+
+
+class _ContractDevice:
+    """The device of the contract_floor variant (see DIAGNOSTICS)."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: Any) -> None:
+        self._context = _ContractContext(context.handle)
+
+    def create_event(self, *, timing: bool = False) -> _ContractEvent:
+        context = self._context
+        if context._closed:
+            raise RawError("the device's context was destroyed")
+        flags = 0 if timing else 2
+        d = _floor_driver
+        err, current = d.cuCtxGetCurrent()
+        if err:
+            _fail(err, "cuCtxGetCurrent")
+        if current == context._handle:
+            err, handle = d.cuEventCreate(flags)
+            if err:
+                _fail(err, "cuEventCreate")
+        else:
+            handle = _contract_switched(context, current, d.cuEventCreate, flags)
+        event = _ContractEvent.__new__(_ContractEvent)
+        event._handle = handle
+        event._context = context
+        event._owned = True
+        event._device = 0
+        event._timing = timing
+        event._release_deferred = False
         event._closed = False
         return event
 
@@ -997,6 +1091,15 @@ def op_switch(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def contract_floor() -> Variant:
+        _FloorDevice(D, env.ctx)  # (sets the floors' driver)
+        create = _ContractDevice(env.ctx).create_event
+
+        def fn() -> None:
+            create(timing=False).close()
+
+        return Variant(fn)
+
     def no_switch(variant: Variant, pure: bool = False) -> Variant:
         """``variant`` run with the device's context current (the other one current again after each batch)."""
         if variant.fn is None:
@@ -1020,6 +1123,7 @@ def op_switch(env: Env) -> Operation:
                 reason="cuda.core has no switch-and-restore: its Device methods work in the current context"
             ),
             "python_floor": _build("python_floor", python_floor),
+            "contract_floor": _build("contract_floor", contract_floor),
             "raw_no_switch": no_switch(_build("raw_no_switch", raw_event)),
             "cuguard_no_switch": no_switch(_build("cuguard_no_switch", guarded), pure=True),
         }
@@ -1765,6 +1869,7 @@ def table(results: dict[str, Any], simulated: bool) -> str:
     if diagnostics:
         lines.append("diagnostic variants, x as above (compiled_floor: the compiled calls alone, no cuguard objects;")
         lines.append("python_floor: the raw calls through the least pure Python an API of objects needs;")
+        lines.append("contract_floor: python_floor plus the least the contract and the layering rule add;")
         lines.append(
             "raw_user_object: raw on a graph holding a CUDA user object, as an instantiated cuguard definition):"
         )
