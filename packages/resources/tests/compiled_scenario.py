@@ -19,8 +19,14 @@ Checks, and prints as JSON (exit status 1 when a check fails):
   the device's context and restores the caller's (G2);
 - a fault plan over the real driver (``inject``) sees the call: the compiled
   function is not used, the injected failure is raised, nothing is left (G1);
-- with ``--stub``: a driver failure returned to the compiled function is
-  raised as ``CUDAError`` with the right call and code, and nothing is left;
+- with ``--stub``: a driver failure returned to any compiled function (every
+  create, destroy, free, record, query, copy, launch and graph call it makes) is
+  raised as ``CUDAError`` with the right call and code; a failed create leaves
+  nothing, a failed destroy or free leaks its object, closed for use;
+- with ``--stub``: the switch path's failures (the switch, the create, the
+  restore) are handled as ``call_switched``'s, and a switched create made while
+  the caller's context was destroyed on another thread leaves no context
+  current instead of switching back to it (S2);
 - ``use_compiled(False)`` sends every operation back to Python, ``use_compiled(True)``
   brings the compiled calls back.
 """
@@ -281,6 +287,34 @@ def main(argv: list[str] | None = None) -> int:
             other.close()
             del previous
 
+    # --- S2 on the compiled switch path (stub only): a created context closed on another thread stays current
+    # here (the driver pops it off the destroying thread's stack only); a switched create never switches back
+    # to it and leaves no context current ---
+    if stub is not None:
+        doomed = Context.create(0)
+        doomed.set_current()
+        closer = threading.Thread(target=doomed.close)
+        closer.start()
+        closer.join()
+        seen = counts.now()
+        for kind, make in (("event", dev.create_event), ("stream", dev.create_stream)):
+            made = make()
+            err, now = driver.cuCtxGetCurrent()
+            check(
+                f"switched {kind} after the caller's context was destroyed elsewhere: no context current (S2)",
+                not err and int(now) == 0,
+                (err, int(now)),
+            )
+            made.close()
+            stub.cuCtxSetCurrent(ctypes.c_void_p(doomed._int))  # current here again, as the driver leaves it
+        check(
+            "those switched creates were compiled",
+            (counts["event_create_switched"], counts["stream_create_switched"])
+            == (seen["event_create_switched"] + 1, seen["stream_create_switched"] + 1),
+            counts,
+        )
+        dev.set_current()
+
     # --- a fault plan over the real driver sees the call (Python path) ---
     from cuguard.testing import inject
 
@@ -298,14 +332,20 @@ def main(argv: list[str] | None = None) -> int:
     if stub is not None:
         s2 = dev.create_stream()
         e3 = dev.create_event()
+        s_leaked = dev.create_stream()
+        buf_leaked = dev.allocate(64, stream=s2)
         # Each failure a compiled function returns is raised with the call's name and code; a failed
-        # create leaves nothing, a failed destroy leaks the event (closed for use).
+        # create leaves nothing, a failed destroy or free leaks its object (closed for use).
         attempts: tuple[tuple[str, int, Callable[[], object], Callable[[], bool]], ...] = (
             ("cuEventCreate", 2, dev.create_event, lambda: True),
             ("cuStreamCreate", 2, dev.create_stream, lambda: True),
             ("cuMemAllocAsync", 2, lambda: dev.allocate(64, stream=s2), lambda: True),
             ("cuEventRecord", 1, lambda: e3.record(s2), lambda: True),
+            ("cuEventQuery", 1, e3.query, lambda: not e3.closed),
+            ("cuLaunchKernel", 1, lambda: launch(s2, LaunchConfig(grid=1, block=1), kernel), lambda: True),
             ("cuEventDestroy", 1, e3.close, lambda: e3.closed),
+            ("cuStreamDestroy", 1, s_leaked.close, lambda: s_leaked.closed),
+            ("cuMemFreeAsync", 1, buf_leaked.close, lambda: buf_leaked.closed),
             ("cuMemcpyHtoDAsync", 1, lambda: device_buf.copy_from(pinned, stream=s2), lambda: True),
             ("cuMemcpyDtoHAsync", 1, lambda: device_buf.copy_to(host, stream=s2), lambda: True),
             ("cuMemcpyHtoD", 2, lambda: device_buf.copy_from(pinned), lambda: True),
@@ -316,9 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         for call, code, attempt, after in attempts:
             stub.stub_fail(call.encode(), code)
             n = live()
-            leaked = call == "cuEventDestroy"
+            leaked = call in {"cuEventDestroy", "cuStreamDestroy", "cuMemFreeAsync"}
             refused(
-                f"{call} failure raised" + (", event leaked" if leaked else ", nothing left"),
+                f"{call} failure raised" + (", its object leaked" if leaked else ", nothing left"),
                 attempt,
                 CUDAError,
                 lambda exc, call=call, code=code, n=n, after=after: (
@@ -351,6 +391,14 @@ def main(argv: list[str] | None = None) -> int:
         s4.close()
         if graphs:
             failing = GraphDefinition()
+            nodes = int(stub.stub_live_nodes())
+            stub.stub_fail(b"cuGraphAddEmptyNode", 1)
+            refused(
+                "cuGraphAddEmptyNode failure raised, no node made",
+                failing.empty,
+                CUDAError,
+                lambda exc: exc.call == "cuGraphAddEmptyNode" and int(stub.stub_live_nodes()) == nodes,
+            )
             failing.empty()
             n = live()
             stub.stub_fail(b"cuGraphInstantiate", 2)
@@ -419,8 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     report["compiled_calls"] = counts.now()
     report["driver"] = repr(driver)
     if stub is not None:
-        # One event and (with graphs) one executable graph were leaked on purpose above (their destroys failed).
-        leaked = 2 if graphs else 1
+        # One event, one stream, one stream-ordered allocation and (with graphs) one executable graph were
+        # leaked on purpose above (their destroys or frees failed).
+        leaked = 4 if graphs else 3
         check("nothing else left behind", live() == (before or 0) + leaked, (before, live()))
     return _finish(report, args.out)
 
