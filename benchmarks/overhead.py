@@ -543,32 +543,21 @@ class _ContractContext:
         self._handle, self._closed = handle, False
 
 
-class _ContractEvent:
-    """python_floor's event with cuguard's Event fields and a close that first tests its context (O3, S2)."""
+class _ContractEvent(_FloorEvent):
+    """python_floor's event with the rest of cuguard's Event fields and a close that first tests its context."""
 
-    __slots__ = ("_closed", "_context", "_device", "_handle", "_owned", "_release_deferred", "_timing")
-    _closed: Any
-    _context: Any
-    _device: Any
-    _handle: Any
-    _owned: Any
+    __slots__ = ("_release_deferred",)
     _release_deferred: Any
-    _timing: Any
 
     def close(self) -> None:
         if self._closed:
             return
-        if self._context._closed:
+        if self._context._closed:  # O3, S2: never destroyed in a destroyed context (leaked)
             raise RawError("the event's context was destroyed: leaked")
         self._closed = True
         (err,) = _floor_driver.cuEventDestroy(self._handle)
         if err:
             _fail(err, "cuEventDestroy")
-
-    def __del__(self) -> None:
-        if self._closed:
-            return
-        self.close()
 
 
 def _contract_switched(context: _ContractContext, previous: Any, fn: Callable[[Any], Any], arg: Any) -> Any:
