@@ -1771,8 +1771,12 @@ def describe(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
     with contextlib.suppress(Exception):
         import subprocess
 
+        # "-dirty" when the tree measured differs from that commit (a copied tree whose repository lags it)
         commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.strip()
         if commit:
             versions["cuguard_commit"] = commit
