@@ -575,13 +575,14 @@ def _contract_switched(context: _ContractContext, previous: Any, fn: Callable[[A
     return value
 
 
-class _ContractDevice:
-    """The device of the contract_floor variant (see DIAGNOSTICS)."""
+class _ContractDevice(_FloorDevice):
+    """The device of the contract_floor variant (see DIAGNOSTICS): python_floor's, with a context it can test."""
 
-    __slots__ = ("_context",)
+    __slots__ = ()
 
-    def __init__(self, context: Any) -> None:
-        self._context = _ContractContext(context.handle)
+    def __init__(self, D: Any, context: Any) -> None:
+        super().__init__(D, context)
+        self._context = _ContractContext(self._primary)
 
     def create_event(self, *, timing: bool = False) -> _ContractEvent:
         context = self._context
@@ -1081,8 +1082,7 @@ def op_switch(env: Env) -> Operation:
         return Variant(fn)
 
     def contract_floor() -> Variant:
-        _FloorDevice(D, env.ctx)  # (sets the floors' driver)
-        create = _ContractDevice(env.ctx).create_event
+        create = _ContractDevice(D, env.ctx).create_event
 
         def fn() -> None:
             create(timing=False).close()

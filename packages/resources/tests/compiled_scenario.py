@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     # the no-op library makes it current again for a second create.) ---
     doomed = Context.create(0)
     doomed.set_current()
+    doomed_address = int(doomed.handle)  # (a closed context refuses its handle)
     closer = threading.Thread(target=doomed.close)
     closer.start()
     closer.join()
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         made.close()
         if stub is not None:
-            stub.cuCtxSetCurrent(ctypes.c_void_p(doomed._int))  # current here again, as the driver left it
+            stub.cuCtxSetCurrent(ctypes.c_void_p(doomed_address))  # current here again, as the driver left it
     switched = counts["event_create_switched"] - seen["event_create_switched"]
     switched += counts["stream_create_switched"] - seen["stream_create_switched"]
     check("those switched creates were compiled", switched == (2 if stub is not None else 1), counts)

@@ -71,6 +71,13 @@ def other_context(device: Device) -> Iterator[Context]:
 
 
 @pytest.fixture
+def own_context(device: Device) -> Iterator[Context]:
+    """The device's context, current during the test (so Device methods need no switch: C1)."""
+    with device:
+        yield device.context
+
+
+@pytest.fixture
 def module(device: Device, cuguard_driver: Any) -> Iterator[Module]:
     if isinstance(cuguard_driver, SimulatedDriver):
         image: bytes = KERNELS_PTX

@@ -5,15 +5,14 @@ from __future__ import annotations
 import gc
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from cuda.bindings.driver import CUcontext
 
 from cuguard.context import Context
-from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError, driver
+from cuguard.errors import CUDAError, CUDAWarning, ResourceClosedError
 from cuguard.resources import Buffer, Device, Event, LaunchConfig, Module, Stream, launch
 from cuguard.testing import deinitialized, inject, leak_check, record_calls, restore_fault
 
@@ -44,14 +43,6 @@ def stream(device: Device) -> Any:
     s = device.create_stream()
     yield s
     s.close()
-
-
-@pytest.fixture
-def own_context(device: Device) -> Iterator[Context]:
-    """The device's context, current during the test (so Device methods need no switch: C1)."""
-    previous = device.set_current()
-    yield device.context
-    driver.cuCtxSetCurrent(CUcontext(0) if previous is None else previous.handle)
 
 
 @pytest.mark.contract("G1", "G2", "G3")
