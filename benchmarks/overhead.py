@@ -147,18 +147,30 @@ KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
 #                   layering rule add to a switched create: the API's keyword (``timing=``), a test that the
 #                   device's context was not destroyed (O3, S2), a comparison with the current context so that
 #                   it switches only when needed (C1), the switch, create and restore in a function of its own
-#                   (only the context layer switches), the restore before a failed create raises (G4), the
-#                   event's own fields, and a close that tests its context first. What the pure-Python build
-#                   can reach without giving up a clause or the layering.
+#                   (only the context layer switches) that reads S2's flag (was any context ever destroyed?),
+#                   the restore before a failed create raises (G4), the event's own fields, and a close that
+#                   tests its context first. What the pure-Python build can reach without giving up a clause or
+#                   the layering.
+#   design_floor:   (switch_restore_event only) contract_floor plus, each at its least, what one source for two
+#                   builds (issue 30) and cuguard's API add: the test for the compiled calls before the create
+#                   and before the destroy, the choice of the objects' factory, the second keyword
+#                   (``ipc_enabled=``) and its test, the test for a device's first use (its primary context is
+#                   retained then), and the event's device read from the device. What the pure-Python build can
+#                   reach keeping its clauses, its layering, its single source and its API.
 DIAGNOSTICS = (
     "compiled_floor",
     "object_floor",
     "python_floor",
     "contract_floor",
+    "design_floor",
     "raw_user_object",
     "raw_no_switch",
     "cuguard_no_switch",
 )
+#: How the floors make their objects without ``__init__``: ``__new__`` read once into a global, as cuguard's
+#: pure-Python build reads it (``cuguard.errors.lowlevel.source_new``); reading ``X.__new__`` at each call is
+#: not specialized by the interpreter and would cost a floor about 0.2k instructions per object more.
+_new_floor = object.__new__
 #: ctypes destructors of the benchmark's raw user objects: the driver may call them until the process ends.
 _DESTRUCTORS: list[Any] = []
 
@@ -435,7 +447,7 @@ class _FloorNode:
 
 
 def _floor_node(graph: _FloorGraph, h: Any) -> _FloorNode:
-    node = _FloorNode.__new__(_FloorNode)
+    node = _new_floor(_FloorNode)
     node._graph = graph
     node._h = h
     node._info = None
@@ -495,7 +507,7 @@ class _FloorDevice:
         err, ptr = _floor_driver.cuMemAllocAsync(size, stream._handle)
         if err:
             _fail(err, "cuMemAllocAsync")
-        buf = _FloorBuffer.__new__(_FloorBuffer)
+        buf = _new_floor(_FloorBuffer)
         buf._handle = ptr
         buf._context = self._context
         buf._owned = True
@@ -524,7 +536,7 @@ class _FloorDevice:
         (err,) = d.cuCtxSetCurrent(previous)
         if err:
             _fail(err, "cuCtxSetCurrent")
-        event = _FloorEvent.__new__(_FloorEvent)
+        event = _new_floor(_FloorEvent)
         event._handle = h
         event._context = self._context
         event._owned = True
@@ -560,8 +572,14 @@ class _ContractEvent(_FloorEvent):
             _fail(err, "cuEventDestroy")
 
 
+#: S2's flag: whether some context was ever destroyed (then a restore must not switch back to one). Never set here.
+_contract_any_gone = False
+
+
 def _contract_switched(context: _ContractContext, previous: Any, fn: Callable[[Any], Any], arg: Any) -> Any:
     """The switch, the create and the restore in a function of their own, as the context layer makes them."""
+    if _contract_any_gone:  # S2: never restore a context that was destroyed meanwhile
+        raise RawError("a context was destroyed: the restore would need checking")
     d = _floor_driver
     (err,) = d.cuCtxSetCurrent(context._handle)
     if err:
@@ -599,7 +617,7 @@ class _ContractDevice(_FloorDevice):
                 _fail(err, "cuEventCreate")
         else:
             handle = _contract_switched(context, current, d.cuEventCreate, flags)
-        event = _ContractEvent.__new__(_ContractEvent)
+        event = _new_floor(_ContractEvent)
         event._handle = handle
         event._context = context
         event._owned = True
@@ -608,6 +626,81 @@ class _ContractDevice(_FloorDevice):
         event._release_deferred = False
         event._closed = False
         return event
+
+
+#: The one-source branch of design_floor: the compiled build's calls where it is in use, ``None`` here (as in
+#: cuguard's pure-Python build, whose hot paths test the same global before each driver call).
+_design_fp: Any = None
+
+
+class _DesignEvent(_ContractEvent):
+    """contract_floor's event whose close tests for the compiled calls first (one source, two builds)."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self._context._closed:
+            raise RawError("the event's context was destroyed: leaked")
+        self._closed = True
+        fp = _design_fp
+        if fp is not None:
+            err = fp.event_destroy(self._handle)
+        else:
+            (err,) = _floor_driver.cuEventDestroy(self._handle)
+        if err:
+            _fail(err, "cuEventDestroy")
+
+
+class _DesignDevice(_ContractDevice):
+    """design_floor's device (see DIAGNOSTICS): contract_floor's with cuguard's API and one-source branches."""
+
+    __slots__ = ("_ordinal",)
+    _ordinal: Any
+
+    def __init__(self, D: Any, context: Any) -> None:
+        super().__init__(D, context)
+        self._ordinal = 0
+
+    def create_event(self, *, timing: bool = False, ipc_enabled: bool = False) -> _ContractEvent:
+        if ipc_enabled:
+            raise RawError("not measured: an IPC event")
+        context = self._context
+        if context is None:  # the primary context is retained at the device's first use
+            raise RawError("not measured: a device's first use")
+        if context._closed:
+            raise RawError("the device's context was destroyed")
+        flags = 0 if timing else 2
+        fp = _design_fp
+        if fp is None:
+            d = _floor_driver
+            err, current = d.cuCtxGetCurrent()
+            if err:
+                _fail(err, "cuCtxGetCurrent")
+            if current == context._handle:
+                err, handle = d.cuEventCreate(flags)
+                if err:
+                    _fail(err, "cuEventCreate")
+            else:
+                handle = _contract_switched(context, current, d.cuEventCreate, flags)
+        else:
+            err, handle = fp.event_create(context._int, flags)
+            if err:
+                _fail(err, "cuEventCreate")
+        event = _new_floor(_DesignEvent) if _design_new is None else _design_new(_DesignEvent)
+        event._handle = handle
+        event._context = context
+        event._owned = True
+        event._device = self._ordinal
+        event._timing = timing
+        event._release_deferred = False
+        event._closed = False
+        return event
+
+
+#: The factory choice of design_floor (cuguard's ``source_new``: ``None`` in the compiled build).
+_design_new: Any = _new_floor
 
 
 def op_stream(env: Env) -> Operation:
@@ -1089,6 +1182,14 @@ def op_switch(env: Env) -> Operation:
 
         return Variant(fn)
 
+    def design_floor() -> Variant:
+        create = _DesignDevice(D, env.ctx).create_event
+
+        def fn() -> None:
+            create(timing=False).close()
+
+        return Variant(fn)
+
     def no_switch(variant: Variant, pure: bool = False) -> Variant:
         """``variant`` run with the device's context current (the other one current again after each batch)."""
         if variant.fn is None:
@@ -1113,6 +1214,7 @@ def op_switch(env: Env) -> Operation:
             ),
             "python_floor": _build("python_floor", python_floor),
             "contract_floor": _build("contract_floor", contract_floor),
+            "design_floor": _build("design_floor", design_floor),
             "raw_no_switch": no_switch(_build("raw_no_switch", raw_event)),
             "cuguard_no_switch": no_switch(_build("cuguard_no_switch", guarded), pure=True),
         }
@@ -1863,6 +1965,7 @@ def table(results: dict[str, Any], simulated: bool) -> str:
         lines.append("diagnostic variants, x as above (compiled_floor: the compiled calls alone, no cuguard objects;")
         lines.append("python_floor: the raw calls through the least pure Python an API of objects needs;")
         lines.append("contract_floor: python_floor plus the least the contract and the layering rule add;")
+        lines.append("design_floor: contract_floor plus the least one source for two builds and the API add;")
         lines.append(
             "raw_user_object: raw on a graph holding a CUDA user object, as an instantiated cuguard definition):"
         )
