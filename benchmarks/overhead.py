@@ -148,15 +148,19 @@ KINDS = ("raw", "cuguard", "cuguard_fast", "cuda_core")
 #                   device's context was not destroyed (O3, S2), a comparison with the current context so that
 #                   it switches only when needed (C1), the switch, create and restore in a function of its own
 #                   (only the context layer switches) that reads S2's flag (was any context ever destroyed?),
-#                   the restore before a failed create raises (G4), the event's own fields, and a close that
-#                   tests its context first. What the pure-Python build can reach without giving up a clause or
-#                   the layering.
-#   design_floor:   (switch_restore_event only) contract_floor plus, each at its least, what one source for two
-#                   builds (issue 30) and cuguard's API add: the test for the compiled calls before the create
-#                   and before the destroy, the choice of the objects' factory, the second keyword
-#                   (``ipc_enabled=``) and its test, the test for a device's first use (its primary context is
-#                   retained then), and the event's device read from the device. What the pure-Python build can
-#                   reach keeping its clauses, its layering, its single source and its API.
+#                   the restore before a failed create raises (G4) naming the create (E1), the create undone
+#                   when the restore fails after it (C2), the event's own fields, and a close that tests its
+#                   context first. What the pure-Python build can reach without giving up a clause or the
+#                   layering.
+#   design_floor:   (switch_restore_event only) contract_floor plus, each at its least, what cuguard's design
+#                   and API add: every driver call through the driver seam (``cuguard.errors.driver``, where
+#                   the simulator, fault plans and call recording see it); one source for two builds (issue
+#                   30): the test for the compiled calls before the create and before the destroy, the choice
+#                   of the objects' factory; one ``__del__`` for every resource, which reads the
+#                   deferred-release slot of memory (W5); the second keyword (``ipc_enabled=``) and its test;
+#                   the test for a device's first use (its primary context is retained then); the event's
+#                   device read from the device. What the pure-Python build can reach keeping its clauses, its
+#                   layering, its seam, its single source and its API.
 DIAGNOSTICS = (
     "compiled_floor",
     "object_floor",
@@ -576,21 +580,44 @@ class _ContractEvent(_FloorEvent):
 _contract_any_gone = False
 
 
-def _contract_switched(context: _ContractContext, previous: Any, fn: Callable[[Any], Any], arg: Any) -> Any:
-    """The switch, the create and the restore in a function of their own, as the context layer makes them."""
-    if _contract_any_gone:  # S2: never restore a context that was destroyed meanwhile
-        raise RawError("a context was destroyed: the restore would need checking")
-    d = _floor_driver
-    (err,) = d.cuCtxSetCurrent(context._handle)
+def _switched_through(d: Any) -> Callable[[Any, Any, Callable[[Any], Any], str, Callable[[Any], object], Any], Any]:
+    """The switch, the create and the restore in a function of their own, as the context layer makes them,
+    through driver ``d``: S2's flag read, the restore before a failed create raises (G4), the create's name in
+    its error (E1) and, when the restore fails after a successful create, the create undone (C2)."""
+
+    def switched(  # noqa: PLR0917  # positional, as the context layer's call_switched
+        context: _ContractContext,
+        previous: Any,
+        fn: Callable[[Any], Any],
+        call: str,
+        undo: Callable[[Any], object],
+        arg: Any,
+    ) -> Any:
+        if _contract_any_gone:  # S2: never restore a context that was destroyed meanwhile
+            raise RawError("a context was destroyed: the restore would need checking")
+        (err,) = d.cuCtxSetCurrent(context._handle)
+        if err:
+            _fail(err, "cuCtxSetCurrent")
+        err, value = fn(arg)
+        (rerr,) = d.cuCtxSetCurrent(previous)
+        if err:
+            _fail(err, call)
+        if rerr:
+            undo(value)
+            _fail(rerr, "cuCtxSetCurrent")
+        return value
+
+    return switched
+
+
+def _undo_event(handle: Any) -> None:
+    """What undoes a switched event create whose restore failed (C2)."""
+    (err,) = _floor_driver.cuEventDestroy(handle)
     if err:
-        _fail(err, "cuCtxSetCurrent")
-    err, value = fn(arg)
-    (rerr,) = d.cuCtxSetCurrent(previous)  # restored before a failed create raises (G4)
-    if err:
-        _fail(err, "the create")
-    if rerr:
-        _fail(rerr, "cuCtxSetCurrent")
-    return value
+        _fail(err, "cuEventDestroy")
+
+
+_contract_switched = _switched_through(None)  # made again, through the raw driver, by each _ContractDevice
 
 
 class _ContractDevice(_FloorDevice):
@@ -599,8 +626,10 @@ class _ContractDevice(_FloorDevice):
     __slots__ = ()
 
     def __init__(self, D: Any, context: Any) -> None:
+        global _contract_switched
         super().__init__(D, context)
         self._context = _ContractContext(self._primary)
+        _contract_switched = _switched_through(D)
 
     def create_event(self, *, timing: bool = False) -> _ContractEvent:
         context = self._context
@@ -616,7 +645,7 @@ class _ContractDevice(_FloorDevice):
             if err:
                 _fail(err, "cuEventCreate")
         else:
-            handle = _contract_switched(context, current, d.cuEventCreate, flags)
+            handle = _contract_switched(context, current, d.cuEventCreate, "cuEventCreate", _undo_event, flags)
         event = _new_floor(_ContractEvent)
         event._handle = handle
         event._context = context
@@ -631,6 +660,10 @@ class _ContractDevice(_FloorDevice):
 #: The one-source branch of design_floor: the compiled build's calls where it is in use, ``None`` here (as in
 #: cuguard's pure-Python build, whose hot paths test the same global before each driver call).
 _design_fp: Any = None
+#: design_floor's driver: cuguard's driver seam (``cuguard.errors.driver``), through which every driver call of
+#: the pure-Python build goes so that the simulator, fault plans and call recording see it; set by _DesignDevice.
+_design_driver: Any = None
+_design_switched = _switched_through(None)  # made again, through the seam, by each _DesignDevice
 
 
 class _DesignEvent(_ContractEvent):
@@ -648,9 +681,19 @@ class _DesignEvent(_ContractEvent):
         if fp is not None:
             err = fp.event_destroy(self._handle)
         else:
-            (err,) = _floor_driver.cuEventDestroy(self._handle)
+            (err,) = _design_driver.cuEventDestroy(self._handle)
         if err:
             _fail(err, "cuEventDestroy")
+
+    def __del__(self) -> None:
+        # One __del__ for every kind of resource: memory may have its release deferred until a graph lets go
+        # of it (W5), so a closed object reads that slot before returning.
+        if self._closed:
+            if not self._release_deferred:
+                return
+            self._release_deferred = False
+            self._closed = False
+        self.close()
 
 
 class _DesignDevice(_ContractDevice):
@@ -660,8 +703,13 @@ class _DesignDevice(_ContractDevice):
     _ordinal: Any
 
     def __init__(self, D: Any, context: Any) -> None:
+        global _design_driver, _design_switched
+        from cuguard.errors import driver
+
         super().__init__(D, context)
         self._ordinal = 0
+        _design_driver = driver
+        _design_switched = _switched_through(driver)
 
     def create_event(self, *, timing: bool = False, ipc_enabled: bool = False) -> _ContractEvent:
         if ipc_enabled:
@@ -674,7 +722,7 @@ class _DesignDevice(_ContractDevice):
         flags = 0 if timing else 2
         fp = _design_fp
         if fp is None:
-            d = _floor_driver
+            d = _design_driver
             err, current = d.cuCtxGetCurrent()
             if err:
                 _fail(err, "cuCtxGetCurrent")
@@ -683,7 +731,7 @@ class _DesignDevice(_ContractDevice):
                 if err:
                     _fail(err, "cuEventCreate")
             else:
-                handle = _contract_switched(context, current, d.cuEventCreate, flags)
+                handle = _design_switched(context, current, d.cuEventCreate, "cuEventCreate", _undo_event, flags)
         else:
             err, handle = fp.event_create(context._int, flags)
             if err:
@@ -1965,7 +2013,7 @@ def table(results: dict[str, Any], simulated: bool) -> str:
         lines.append("diagnostic variants, x as above (compiled_floor: the compiled calls alone, no cuguard objects;")
         lines.append("python_floor: the raw calls through the least pure Python an API of objects needs;")
         lines.append("contract_floor: python_floor plus the least the contract and the layering rule add;")
-        lines.append("design_floor: contract_floor plus the least one source for two builds and the API add;")
+        lines.append("design_floor: contract_floor plus the least the seam, one source and the API add;")
         lines.append(
             "raw_user_object: raw on a graph holding a CUDA user object, as an instantiated cuguard definition):"
         )
