@@ -173,7 +173,7 @@ DIAGNOSTICS = (
 )
 #: How the floors make their objects without ``__init__``: ``__new__`` read once into a global, as cuguard's
 #: pure-Python build reads it (``cuguard.errors.lowlevel.source_new``); reading ``X.__new__`` at each call is
-#: not specialized by the interpreter and would cost a floor about 0.2k instructions per object more.
+#: not specialized by the interpreter and would cost a floor about 0.3k instructions per object more.
 _new_floor = object.__new__
 #: ctypes destructors of the benchmark's raw user objects: the driver may call them until the process ends.
 _DESTRUCTORS: list[Any] = []
@@ -551,12 +551,12 @@ class _FloorDevice:
 
 
 class _ContractContext:
-    """A context as the contract floor sees one: its handle and whether it was destroyed."""
+    """A context as the contract floor sees one: its handle, its address and whether it was destroyed."""
 
-    __slots__ = ("_closed", "_handle")
+    __slots__ = ("_closed", "_handle", "_int")
 
     def __init__(self, handle: Any) -> None:
-        self._handle, self._closed = handle, False
+        self._handle, self._int, self._closed = handle, int(handle), False
 
 
 class _ContractEvent(_FloorEvent):
@@ -582,8 +582,9 @@ _contract_any_gone = False
 
 def _switched_through(d: Any) -> Callable[[Any, Any, Callable[[Any], Any], str, Callable[[Any], object], Any], Any]:
     """The switch, the create and the restore in a function of their own, as the context layer makes them,
-    through driver ``d``: S2's flag read, the restore before a failed create raises (G4), the create's name in
-    its error (E1) and, when the restore fails after a successful create, the create undone (C2)."""
+    through driver ``d``: S2's flag read; the restore made before a failed create raises, also when the
+    bindings raise (G4), a failed restore then a note; the create named in its error (E1); when the restore
+    fails after a successful create, the create undone if its context is still current (C2)."""
 
     def switched(  # noqa: PLR0917  # positional, as the context layer's call_switched
         context: _ContractContext,
@@ -598,21 +599,52 @@ def _switched_through(d: Any) -> Callable[[Any, Any, Callable[[Any], Any], str, 
         (err,) = d.cuCtxSetCurrent(context._handle)
         if err:
             _fail(err, "cuCtxSetCurrent")
-        err, value = fn(arg)
+        try:
+            err, value = fn(arg)
+        except BaseException as exc:
+            (rerr,) = d.cuCtxSetCurrent(previous)
+            if rerr:
+                exc.add_note(f"restoring the context failed: {rerr!r}")
+            raise
+        # (cuguard restores through the seam's cuguardRestoreContext, which is this function of the real driver)
         (rerr,) = d.cuCtxSetCurrent(previous)
-        if err:
-            _fail(err, call)
-        if rerr:
-            undo(value)
-            _fail(rerr, "cuCtxSetCurrent")
+        if err or rerr:
+            _switched_failed(d, context, err, rerr, value, call, undo)
         return value
 
     return switched
 
 
+def _switched_failed(  # noqa: PLR0917  # the failure path of _switched_through's function
+    d: Any, context: _ContractContext, err: Any, rerr: Any, value: Any, call: str, undo: Callable[[Any], object]
+) -> None:
+    if err:
+        error = RawError(f"{call} failed: {err!r}")
+        if rerr:
+            error.add_note(f"restoring the context failed: {rerr!r}")
+        raise error
+    error = RawError(f"restoring the context failed: {rerr!r}")
+    now_err, now = d.cuCtxGetCurrent()
+    if not now_err and int(now) == context._int:
+        try:
+            undo(value)
+        except Exception as undo_exc:  # noqa: BLE001 - a note on the restore's error
+            error.add_note(f"undoing {call} failed: {undo_exc!r}")
+    else:
+        error.add_note(f"what {call} created was leaked: its context is no longer current")
+    raise error
+
+
 def _undo_event(handle: Any) -> None:
-    """What undoes a switched event create whose restore failed (C2)."""
+    """What undoes a switched event create whose restore failed (C2), through the floors' driver."""
     (err,) = _floor_driver.cuEventDestroy(handle)
+    if err:
+        _fail(err, "cuEventDestroy")
+
+
+def _undo_design_event(handle: Any) -> None:
+    """design_floor's undo (C2), through the driver seam as its other calls."""
+    (err,) = _design_driver.cuEventDestroy(handle)
     if err:
         _fail(err, "cuEventDestroy")
 
@@ -667,9 +699,10 @@ _design_switched = _switched_through(None)  # made again, through the seam, by e
 
 
 class _DesignEvent(_ContractEvent):
-    """contract_floor's event whose close tests for the compiled calls first (one source, two builds)."""
+    """contract_floor's event whose close tests for the compiled calls first (one source, two builds), with the
+    weak-reference slot every cuguard resource has."""
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
 
     def close(self) -> None:
         if self._closed:
@@ -696,6 +729,10 @@ class _DesignEvent(_ContractEvent):
         self.close()
 
 
+#: The factory choice of design_floor (cuguard's ``source_new``: ``None`` in the compiled build).
+_design_new: Any = _new_floor
+
+
 class _DesignDevice(_ContractDevice):
     """design_floor's device (see DIAGNOSTICS): contract_floor's with cuguard's API and one-source branches."""
 
@@ -711,7 +748,7 @@ class _DesignDevice(_ContractDevice):
         _design_driver = driver
         _design_switched = _switched_through(driver)
 
-    def create_event(self, *, timing: bool = False, ipc_enabled: bool = False) -> _ContractEvent:
+    def create_event(self, *, timing: bool = False, ipc_enabled: bool = False) -> _DesignEvent:
         if ipc_enabled:
             raise RawError("not measured: an IPC event")
         context = self._context
@@ -731,7 +768,7 @@ class _DesignDevice(_ContractDevice):
                 if err:
                     _fail(err, "cuEventCreate")
             else:
-                handle = _design_switched(context, current, d.cuEventCreate, "cuEventCreate", _undo_event, flags)
+                handle = _design_switched(context, current, d.cuEventCreate, "cuEventCreate", _undo_design_event, flags)
         else:
             err, handle = fp.event_create(context._int, flags)
             if err:
@@ -745,10 +782,6 @@ class _DesignDevice(_ContractDevice):
         event._release_deferred = False
         event._closed = False
         return event
-
-
-#: The factory choice of design_floor (cuguard's ``source_new``: ``None`` in the compiled build).
-_design_new: Any = _new_floor
 
 
 def op_stream(env: Env) -> Operation:
