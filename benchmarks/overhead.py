@@ -580,7 +580,9 @@ class _ContractEvent(_FloorEvent):
 _contract_any_gone = False
 
 
-def _switched_through(d: Any) -> Callable[[Any, Any, Callable[[Any], Any], str, Callable[[Any], object], Any], Any]:
+def _switched_through(
+    d: Any,
+) -> Callable[[Any, Any, Callable[[Any], Any], str, Callable[[Any, Any], object], Any], Any]:
     """The switch, the create and the restore in a function of their own, as the context layer makes them,
     through driver ``d``: S2's flag read; the restore made before a failed create raises, also when the
     bindings raise (G4), a failed restore then a note; the create named in its error (E1); when the restore
@@ -591,7 +593,7 @@ def _switched_through(d: Any) -> Callable[[Any, Any, Callable[[Any], Any], str, 
         previous: Any,
         fn: Callable[[Any], Any],
         call: str,
-        undo: Callable[[Any], object],
+        undo: Callable[[Any, Any], object],
         arg: Any,
     ) -> Any:
         if _contract_any_gone:  # S2: never restore a context that was destroyed meanwhile
@@ -616,7 +618,7 @@ def _switched_through(d: Any) -> Callable[[Any, Any, Callable[[Any], Any], str, 
 
 
 def _switched_failed(  # noqa: PLR0917  # the failure path of _switched_through's function
-    d: Any, context: _ContractContext, err: Any, rerr: Any, value: Any, call: str, undo: Callable[[Any], object]
+    d: Any, context: _ContractContext, err: Any, rerr: Any, value: Any, call: str, undo: Callable[[Any, Any], object]
 ) -> None:
     if err:
         error = RawError(f"{call} failed: {err!r}")
@@ -627,7 +629,7 @@ def _switched_failed(  # noqa: PLR0917  # the failure path of _switched_through'
     now_err, now = d.cuCtxGetCurrent()
     if not now_err and int(now) == context._int:
         try:
-            undo(value)
+            undo(d, value)
         except Exception as undo_exc:  # noqa: BLE001 - a note on the restore's error
             error.add_note(f"undoing {call} failed: {undo_exc!r}")
     else:
@@ -635,21 +637,15 @@ def _switched_failed(  # noqa: PLR0917  # the failure path of _switched_through'
     raise error
 
 
-def _undo_event(handle: Any) -> None:
-    """What undoes a switched event create whose restore failed (C2), through the floors' driver."""
-    (err,) = _floor_driver.cuEventDestroy(handle)
+def _undo_event(d: Any, handle: Any) -> None:
+    """What undoes a switched event create whose restore failed (C2), through the switch's driver ``d``."""
+    (err,) = d.cuEventDestroy(handle)
     if err:
         _fail(err, "cuEventDestroy")
 
 
-def _undo_design_event(handle: Any) -> None:
-    """design_floor's undo (C2), through the driver seam as its other calls."""
-    (err,) = _design_driver.cuEventDestroy(handle)
-    if err:
-        _fail(err, "cuEventDestroy")
-
-
-_contract_switched = _switched_through(None)  # made again, through the raw driver, by each _ContractDevice
+#: contract_floor's switch, through the raw driver: made by each _ContractDevice (the driver is known then).
+_contract_switched: Any = None
 
 
 class _ContractDevice(_FloorDevice):
@@ -695,7 +691,8 @@ _design_fp: Any = None
 #: design_floor's driver: cuguard's driver seam (``cuguard.errors.driver``), through which every driver call of
 #: the pure-Python build goes so that the simulator, fault plans and call recording see it; set by _DesignDevice.
 _design_driver: Any = None
-_design_switched = _switched_through(None)  # made again, through the seam, by each _DesignDevice
+#: design_floor's switch, through the seam: made by each _DesignDevice.
+_design_switched: Any = None
 
 
 class _DesignEvent(_ContractEvent):
@@ -773,7 +770,7 @@ class _DesignDevice(_ContractDevice):
                 if err:
                     _fail(err, "cuEventCreate")
             else:
-                handle = _design_switched(context, current, d.cuEventCreate, "cuEventCreate", _undo_design_event, flags)
+                handle = _design_switched(context, current, d.cuEventCreate, "cuEventCreate", _undo_event, flags)
         else:
             err, handle = fp.event_create(context._int, flags)
             if err:
